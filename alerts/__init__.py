@@ -1,0 +1,1 @@
+"""Alert rules, evaluation and notifications (the Alerts issue builds them)."""

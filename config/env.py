@@ -1,0 +1,249 @@
+"""Read tracedash's configuration from the environment, in one place.
+
+Every variable the application reads is listed in ``VARIABLES`` (the docker-compose test checks
+that each one is wired). An unset variable means the embedded default; a bad value raises
+``ConfigError`` naming the variable, so the process fails at start with a message a person can act
+on instead of failing later inside a driver.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+VARIABLES: dict[str, str] = {
+    "TRACEDASH_DATA_DIR": "directory for embedded data (chdb store, SQLite, secret key); default ./var",
+    "TRACEDASH_CLICKHOUSE_URL": "clickhouse://user:pass@host:9000/db for a ClickHouse server; unset: embedded chdb",
+    "TRACEDASH_CLICKHOUSE_CLUSTER": "cluster name: migrations run ON CLUSTER with Replicated engines",
+    "DATABASE_URL": "postgres://user:pass@host:5432/db for PostgreSQL; unset: SQLite under the data dir",
+    "CELERY_BROKER_URL": "redis://host:6379/0 for a real broker; unset: beat schedule runs in-process",
+    "TRACEDASH_CHANNEL_LAYER_URL": "redis://host:6379/1 for channels_redis; unset: in-memory layer",
+    "TRACEDASH_SECRET_KEY": "Django secret key; unset: generated once and kept in the data dir",
+    "TRACEDASH_DEBUG": "1 to enable Django debug pages (never in production)",
+    "TRACEDASH_ALLOWED_HOSTS": "comma-separated host names the server answers to",
+    "TRACEDASH_RETENTION_DAYS": "days spans and resource samples are kept (ClickHouse TTL); default 30",
+    "TRACEDASH_BEAT_SAMPLE_SECONDS": "interval of the in-process host sampler in embedded mode; default 10",
+    "HOST": "address `make run` binds; default 127.0.0.1",
+    "PORT": "port `make run` binds; default 8000",
+}
+
+
+class ConfigError(Exception):
+    """A configuration variable holds a value tracedash cannot use."""
+
+    def __init__(self, variable: str, message: str):
+        self.variable = variable
+        super().__init__(f"{variable}: {message}")
+
+
+@dataclass(frozen=True)
+class ClickHouseURL:
+    host: str
+    port: int
+    database: str
+    user: str = "default"
+    password: str = field(default="", repr=False)
+    secure: bool = False
+    connect_timeout: float = 5.0
+    send_receive_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Env:
+    data_dir: Path
+    clickhouse: ClickHouseURL | None
+    clickhouse_cluster: str | None
+    database: dict
+    broker_url: str | None
+    channel_layer_url: str | None
+    secret_key: str = field(repr=False)
+    debug: bool
+    allowed_hosts: list[str]
+    retention_days: int
+    beat_sample_seconds: float
+    host: str
+    port: int
+
+    @property
+    def embedded_store(self) -> bool:
+        return self.clickhouse is None
+
+    @property
+    def embedded_beat(self) -> bool:
+        return self.broker_url is None
+
+
+def _get(environ, name: str) -> str | None:
+    value = environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def _positive_int(environ, name: str, default: int, *, minimum: int = 1, maximum: int = 65535 * 1000) -> int:
+    raw = _get(environ, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, f"expected a whole number, got {raw!r}") from None
+    if not minimum <= value <= maximum:
+        raise ConfigError(name, f"expected a number from {minimum} to {maximum}, got {value}")
+    return value
+
+
+def _flag(environ, name: str) -> bool:
+    raw = (_get(environ, name) or "0").lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(name, f"expected 1/0, true/false, yes/no or on/off, got {raw!r}")
+
+
+def parse_clickhouse_url(raw: str, name: str = "TRACEDASH_CLICKHOUSE_URL") -> ClickHouseURL:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("clickhouse", "clickhouses"):
+        raise ConfigError(
+            name, f"expected clickhouse://user:pass@host:9000/db (or clickhouses:// for TLS), got scheme {parts.scheme!r}"
+        )
+    if not parts.hostname:
+        raise ConfigError(name, "the URL names no host")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(name, "the port is not a number from 1 to 65535") from None
+    secure = parts.scheme == "clickhouses"
+    database = unquote(parts.path.lstrip("/")) or "tracedash"
+    if not database.replace("_", "").isalnum():
+        raise ConfigError(name, f"database name {database!r} may hold only letters, digits and _")
+    options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    timeouts = {}
+    for option in ("connect_timeout", "send_receive_timeout"):
+        if option in options:
+            try:
+                timeouts[option] = float(options.pop(option))
+            except ValueError:
+                raise ConfigError(name, f"{option} must be a number of seconds") from None
+            if timeouts[option] <= 0:
+                raise ConfigError(name, f"{option} must be positive")
+    if options:
+        raise ConfigError(name, f"unknown option(s) {', '.join(sorted(options))}; known: connect_timeout, send_receive_timeout")
+    return ClickHouseURL(
+        host=parts.hostname,
+        port=port or (9440 if secure else 9000),
+        database=database,
+        user=unquote(parts.username) if parts.username else "default",
+        password=unquote(parts.password) if parts.password else "",
+        secure=secure,
+        **timeouts,
+    )
+
+
+def parse_database_url(raw: str | None, data_dir: Path, name: str = "DATABASE_URL") -> dict:
+    if raw is None:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data_dir / "tracedash.sqlite3")}
+    parts = urlsplit(raw)
+    if parts.scheme in ("postgres", "postgresql"):
+        if not parts.hostname:
+            raise ConfigError(name, "the URL names no host")
+        database = unquote(parts.path.lstrip("/"))
+        if not database:
+            raise ConfigError(name, "the URL names no database (postgres://user:pass@host:5432/DBNAME)")
+        try:
+            port = parts.port or 5432
+        except ValueError:
+            raise ConfigError(name, "the port is not a number from 1 to 65535") from None
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": database,
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname,
+            "PORT": str(port),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": {"connect_timeout": 5},
+        }
+    if parts.scheme == "sqlite":
+        path = raw[len("sqlite:///"):] if raw.startswith("sqlite:///") else ""
+        if not path:
+            raise ConfigError(name, "expected sqlite:///path/to/file.sqlite3")
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path}
+    raise ConfigError(name, f"expected postgres://… or sqlite:///…, got scheme {parts.scheme!r}")
+
+
+def _redis_url(environ, name: str, *, allow_amqp: bool = False) -> str | None:
+    raw = _get(environ, name)
+    if raw is None:
+        return None
+    schemes = ("redis", "rediss") + (("amqp", "amqps", "pyamqp") if allow_amqp else ())
+    parts = urlsplit(raw)
+    if parts.scheme not in schemes:
+        raise ConfigError(name, f"expected a URL with scheme {' or '.join(s + '://' for s in schemes)}, got {raw!r}")
+    if not parts.hostname:
+        raise ConfigError(name, "the URL names no host")
+    try:
+        parts.port
+    except ValueError:
+        raise ConfigError(name, "the port is not a number from 1 to 65535") from None
+    return raw
+
+
+def _secret_key(environ, data_dir: Path) -> str:
+    raw = _get(environ, "TRACEDASH_SECRET_KEY")
+    if raw is not None:
+        if len(raw) < 32:
+            raise ConfigError("TRACEDASH_SECRET_KEY", "must be at least 32 characters")
+        return raw
+    # Embedded default: one random key per data dir, so sessions survive restarts.
+    path = data_dir / "secret_key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    key = secrets.token_urlsafe(48)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key)
+    return key
+
+
+def load(environ=None) -> Env:
+    environ = os.environ if environ is None else environ
+    data_dir = Path(_get(environ, "TRACEDASH_DATA_DIR") or "./var").expanduser().resolve()
+    if data_dir.exists() and not data_dir.is_dir():
+        raise ConfigError("TRACEDASH_DATA_DIR", f"{data_dir} exists and is not a directory")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError("TRACEDASH_DATA_DIR", f"cannot create {data_dir}: {exc.strerror}") from None
+    raw_ch = _get(environ, "TRACEDASH_CLICKHOUSE_URL")
+    cluster = _get(environ, "TRACEDASH_CLICKHOUSE_CLUSTER")
+    if cluster is not None and not cluster.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError("TRACEDASH_CLICKHOUSE_CLUSTER", f"cluster name {cluster!r} may hold only letters, digits, - and _")
+    host = _get(environ, "HOST") or "127.0.0.1"
+    allowed = _get(environ, "TRACEDASH_ALLOWED_HOSTS")
+    allowed_hosts = [h.strip() for h in allowed.split(",") if h.strip()] if allowed else ["127.0.0.1", "localhost", "[::1]"]
+    if not allowed and host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
+        allowed_hosts.append(host)
+    return Env(
+        data_dir=data_dir,
+        clickhouse=parse_clickhouse_url(raw_ch) if raw_ch else None,
+        clickhouse_cluster=cluster,
+        database=parse_database_url(_get(environ, "DATABASE_URL"), data_dir),
+        broker_url=_redis_url(environ, "CELERY_BROKER_URL", allow_amqp=True),
+        channel_layer_url=_redis_url(environ, "TRACEDASH_CHANNEL_LAYER_URL"),
+        secret_key=_secret_key(environ, data_dir),
+        debug=_flag(environ, "TRACEDASH_DEBUG"),
+        allowed_hosts=allowed_hosts,
+        retention_days=_positive_int(environ, "TRACEDASH_RETENTION_DAYS", 30, maximum=36500),
+        beat_sample_seconds=float(_positive_int(environ, "TRACEDASH_BEAT_SAMPLE_SECONDS", 10, maximum=3600)),
+        host=host,
+        port=_positive_int(environ, "PORT", 8000, maximum=65535),
+    )

@@ -1,0 +1,151 @@
+"""Django settings. Every value that differs between deployments comes from ``config.env``."""
+
+from pathlib import Path
+
+from config import env as _env
+
+ENV = _env.load()
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = ENV.data_dir
+
+SECRET_KEY = ENV.secret_key
+DEBUG = ENV.debug
+ALLOWED_HOSTS = ENV.allowed_hosts
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "store",
+    "projects",
+    "ingest",
+    "dashboard",
+    "alerts",
+    "agent",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "dashboard.context_processors.current_project",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": ENV.database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:traces"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"  # collectstatic target for images; outside the data volume
+# Embedded mode serves static files straight from the app folders (no collectstatic step).
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+# --- ClickHouse (the store) ---------------------------------------------------------------
+TRACEDASH_CLICKHOUSE = ENV.clickhouse  # None: embedded chdb under the data dir
+TRACEDASH_CLICKHOUSE_PATH = DATA_DIR / "clickhouse"
+TRACEDASH_CLICKHOUSE_DATABASE = ENV.clickhouse.database if ENV.clickhouse else "tracedash"
+TRACEDASH_CLICKHOUSE_CLUSTER = ENV.clickhouse_cluster
+TRACEDASH_RETENTION_DAYS = ENV.retention_days
+
+# --- Celery -------------------------------------------------------------------------------
+if ENV.broker_url:
+    CELERY_BROKER_URL = ENV.broker_url
+    CELERY_RESULT_BACKEND = ENV.broker_url if ENV.broker_url.startswith("redis") else None
+    CELERY_TASK_ALWAYS_EAGER = False
+else:
+    # Embedded: no broker. Tasks run where they are called and the beat schedule runs in a
+    # thread of the serving process (config.embedded_beat).
+    CELERY_BROKER_URL = "memory://"
+    CELERY_RESULT_BACKEND = None
+    CELERY_TASK_ALWAYS_EAGER = True
+    CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The one place periodic work is declared; embedded mode runs the same entries in-process.
+CELERY_BEAT_SCHEDULE = {}
+if ENV.embedded_beat:
+    # Production hosts run the agent instead; the embedded server samples its own machine.
+    CELERY_BEAT_SCHEDULE["sample-local-host"] = {
+        "task": "agent.tasks.sample_local_host",
+        "schedule": ENV.beat_sample_seconds,
+    }
+
+# --- Channels -----------------------------------------------------------------------------
+if ENV.channel_layer_url:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [ENV.channel_layer_url]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Ingestion ----------------------------------------------------------------------------
+TRACEDASH_INGEST_MAX_BODY_BYTES = 10 * 1024 * 1024
+TRACEDASH_INGEST_MAX_SPANS = 10_000
+TRACEDASH_INGEST_MAX_ATTRIBUTES = 128
+TRACEDASH_INGEST_MAX_KEY_BYTES = 256
+TRACEDASH_INGEST_MAX_VALUE_BYTES = 64 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = TRACEDASH_INGEST_MAX_BODY_BYTES
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,14 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from dashboard.views import healthz
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("", include("ingest.urls")),
+    path("", include("dashboard.urls")),
+]

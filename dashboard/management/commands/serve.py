@@ -1,0 +1,91 @@
+"""``python manage.py serve``: what ``make run`` runs.
+
+Applies both migrations (Django's and ClickHouse's), makes sure a local admin account and a first
+project exist (printing the credentials once, on first start), starts the in-process beat when no
+broker is configured, and serves the ASGI app with uvicorn until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from store import StoreError, get_store
+
+log = logging.getLogger("tracedash.serve")
+
+
+class Command(BaseCommand):
+    help = "Apply migrations and serve tracedash (embedded defaults: one process, no other service needed)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=settings.ENV.host)
+        parser.add_argument("--port", type=int, default=settings.ENV.port)
+        parser.add_argument("--workers", type=int, default=1,
+                            help="web worker processes (a ClickHouse server is needed for more than one)")
+        parser.add_argument("--no-migrate", action="store_true", help="skip applying migrations")
+
+    def handle(self, *args, host, port, workers, no_migrate, **options):
+        import uvicorn
+
+        embedded = settings.ENV.embedded_store
+        if workers < 1:
+            raise CommandError("--workers must be at least 1")
+        if embedded and workers > 1:
+            raise CommandError("the embedded ClickHouse store can be opened by one process only: "
+                               "use --workers 1, or set TRACEDASH_CLICKHOUSE_URL to a ClickHouse server")
+        store = get_store()
+        self.stdout.write(f"tracedash: ClickHouse: {store.describe()}")
+        self.stdout.write(f"tracedash: metadata DB: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}"
+                          f" ({settings.DATABASES['default']['NAME']})")
+        if not no_migrate:
+            call_command("migrate", interactive=False, verbosity=0)
+            try:
+                call_command("migrate_clickhouse", stdout=self.stdout)
+            except StoreError as exc:
+                raise CommandError(str(exc)) from exc
+        if embedded:
+            self._ensure_local_admin(host, port)
+
+        beat = None
+        if settings.ENV.embedded_beat and settings.CELERY_BEAT_SCHEDULE:
+            from config.celery import app
+            from config.embedded_beat import EmbeddedBeat
+
+            beat = EmbeddedBeat(app, settings.CELERY_BEAT_SCHEDULE)
+            beat.start()
+        shown = f"[{host}]" if ":" in host else host
+        self.stdout.write(self.style.SUCCESS(f"tracedash: serving on http://{shown}:{port}/  (Ctrl-C stops)"))
+        self.stdout.flush()
+        try:
+            uvicorn.run(
+                "config.asgi:application" if workers > 1 else _asgi_app(),
+                host=host, port=port, workers=workers if workers > 1 else None,
+                lifespan="off", log_level="info", proxy_headers=True, access_log=False,
+            )
+        finally:
+            if beat is not None:
+                beat.stop()
+            store.close()
+            self.stdout.write("tracedash: stopped.")
+
+    def _ensure_local_admin(self, host, port):
+        from projects.services import local_admin_ensure
+
+        user, password = local_admin_ensure()
+        if password:
+            self.stdout.write(self.style.WARNING(
+                f"tracedash: created the local admin account — username: {user.get_username()}  password: {password}\n"
+                "tracedash: (shown once; change it with `python manage.py changepassword admin`)"))
+        else:
+            self.stdout.write(f"tracedash: log in as {user.get_username()!r} (the password was printed at first start; "
+                              "`python manage.py changepassword admin` sets a new one)")
+
+
+def _asgi_app():
+    from config.asgi import application
+
+    return application

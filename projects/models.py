@@ -1,0 +1,58 @@
+from django.conf import settings
+from django.db import models
+
+
+class Project(models.Model):
+    """Everything tracedash stores belongs to one project; reads are always scoped to one."""
+
+    name = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        OWNER = "owner", "Owner"
+        MEMBER = "member", "Member"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="unique_membership")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} ({self.role})"
+
+
+class ApiKey(models.Model):
+    """An ingest key. The secret is shown once; only its SHA-256 is kept.
+
+    Format: ``td_<prefix>_<secret>``. The prefix (public, unique) finds the row without a scan;
+    the hash of the whole key is compared in constant time.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200, default="default")
+    prefix = models.CharField(max_length=16, unique=True)
+    key_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def __str__(self) -> str:
+        return f"td_{self.prefix}_… ({self.project}, {self.name})"

@@ -1,0 +1,16 @@
+"""tracedash's ClickHouse store: the single choke point for every query."""
+
+from .backends import Result
+from .client import Store, get_store, set_store, store_from_settings
+from .errors import DataDirLocked, StoreError, StoreUnavailable
+
+__all__ = [
+    "DataDirLocked",
+    "Result",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "get_store",
+    "set_store",
+    "store_from_settings",
+]

@@ -1,0 +1,332 @@
+"""The two ClickHouse backends. Both take the same SQL text with ``{name:Type}`` placeholders.
+
+- ``NativeBackend``: a ClickHouse server through clickhouse-driver (native protocol, lz4,
+  server-side parameters, timeouts). A ``Client`` is not thread-safe: one per thread.
+- ``EmbeddedBackend``: chdb, the ClickHouse engine in this process. One data path per process,
+  and one connection per thread (parameters on a shared connection race).
+
+Values crossing the boundary are normalised so callers see the same Python values from both:
+DateTime/DateTime64 come back as aware UTC ``datetime`` (microseconds; select
+``toUnixTimestamp64Nano(col)`` where nanoseconds matter) and go in as integer nanoseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import DataDirLocked, StoreError, StoreUnavailable
+
+UTC = timezone.utc
+
+
+class Result:
+    """Rows of a query with their column names and ClickHouse types."""
+
+    __slots__ = ("columns", "types", "rows")
+
+    def __init__(self, columns: list[str], types: list[str], rows: list[tuple]):
+        self.columns = columns
+        self.types = types
+        self.rows = rows
+
+    def dicts(self) -> list[dict[str, Any]]:
+        columns = self.columns
+        return [dict(zip(columns, row)) for row in self.rows]
+
+    def scalar(self) -> Any:
+        return self.rows[0][0] if self.rows else None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+_DT64_SCALE = re.compile(r"^DateTime64\((\d+)")
+
+
+def _unwrap(ch_type: str) -> str:
+    for wrapper in ("Nullable(", "LowCardinality("):
+        while ch_type.startswith(wrapper):
+            ch_type = ch_type[len(wrapper):-1]
+    return ch_type
+
+
+def _datetime_scale(ch_type: str) -> int | None:
+    """9 for DateTime64(9, ...), 0 for DateTime, None for anything else."""
+    base = _unwrap(ch_type)
+    match = _DT64_SCALE.match(base)
+    if match:
+        return int(match.group(1))
+    if base == "DateTime" or base.startswith("DateTime("):
+        return 0
+    return None
+
+
+def _array_inner(ch_type: str) -> str | None:
+    base = _unwrap(ch_type)
+    return base[len("Array("):-1] if base.startswith("Array(") else None
+
+
+def _parse_datetime_text(text: str) -> datetime:
+    # ClickHouse text form: 'YYYY-MM-DD hh:mm:ss[.fffffffff]' in the column's zone (UTC here).
+    head, _, frac = text.partition(".")
+    value = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    if frac:
+        value = value.replace(microsecond=int(frac[:6].ljust(6, "0")))
+    return value
+
+
+def _make_converter(ch_type: str, *, from_text: bool):
+    """A function normalising one output value of ``ch_type``, or None when none is needed."""
+    if _datetime_scale(ch_type) is not None:
+        if from_text:
+            return lambda v: None if v is None else _parse_datetime_text(v)
+        return lambda v: None if v is None else (v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC))
+    inner = _array_inner(ch_type)
+    if inner is not None:
+        convert = _make_converter(inner, from_text=from_text)
+        if convert is not None:
+            return lambda v: [convert(x) for x in v]
+        return None if from_text else list
+    if not from_text and _unwrap(ch_type).startswith("Tuple("):
+        return list  # JSON gives tuples as lists; make the driver agree
+    return None
+
+
+def _convert_rows(rows, types: list[str], *, from_text: bool) -> list[tuple]:
+    converters = [_make_converter(t, from_text=from_text) for t in types]
+    if not any(converters):
+        return [tuple(r) for r in rows]
+    pairs = list(enumerate(converters))
+    out = []
+    for row in rows:
+        row = list(row)
+        for i, convert in pairs:
+            if convert is not None:
+                row[i] = convert(row[i])
+        out.append(tuple(row))
+    return out
+
+
+def _ns_to_text(ns: int) -> str:
+    seconds, frac = divmod(int(ns), 1_000_000_000)
+    return f"{seconds}.{frac:09d}"
+
+
+# --------------------------------------------------------------------------------------------
+class EmbeddedBackend:
+    """chdb: ClickHouse in-process, data under ``path``."""
+
+    name = "embedded"
+
+    def __init__(self, path: Path, database: str):
+        self.path = Path(path)
+        self.database = database
+        self._local = threading.local()
+        self._database_ready = False
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        return f"embedded chdb at {self.path} (database {self.database})"
+
+    def _connect(self, *, use_database: bool = True):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            import chdb
+
+            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                conn = chdb.connect(str(self.path))
+            except Exception as exc:  # chdb raises RuntimeError with the server's text
+                text = str(exc)
+                if "Cannot lock file" in text or "Another server instance" in text:
+                    raise DataDirLocked(
+                        f"the embedded ClickHouse data directory {self.path} is in use by another process "
+                        "(only one process can open it: is `make run` already serving from this data dir? "
+                        "stop it, or set TRACEDASH_DATA_DIR to another directory)"
+                    ) from exc
+                if "already initialized with path" in text:
+                    raise StoreError(
+                        f"this process already opened another embedded ClickHouse data directory; "
+                        f"chdb opens one path per process, so {self.path} cannot be opened too"
+                    ) from exc
+                raise StoreError(f"cannot open embedded ClickHouse at {self.path}: {text}") from exc
+            self._local.conn = conn
+            self._local.in_database = False
+        if use_database and not self._local.in_database:
+            self._ensure_database(conn)
+            conn.query(f"USE `{self.database}`")
+            self._local.in_database = True
+        return conn
+
+    def _ensure_database(self, conn) -> None:
+        if self._database_ready:
+            return
+        with self._lock:
+            conn.query(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
+            self._database_ready = True
+
+    def _run(self, sql: str, params: dict | None, fmt: str, tag: str):
+        conn = self._connect()
+        try:
+            if params:
+                return conn.query(sql, fmt, params=params)
+            return conn.query(sql, fmt)
+        except Exception as exc:
+            raise StoreError(str(exc).strip(), tag=tag, code=_error_code(str(exc))) from exc
+
+    def query(self, sql: str, params: dict | None, tag: str) -> Result:
+        result = self._run(sql, params, "JSONCompact", tag)
+        raw = result.bytes()
+        if not raw:
+            return Result([], [], [])
+        payload = json.loads(raw)
+        meta = payload.get("meta", [])
+        types = [m["type"] for m in meta]
+        return Result([m["name"] for m in meta], types, _convert_rows(payload.get("data", []), types, from_text=True))
+
+    def command(self, sql: str, params: dict | None, tag: str) -> None:
+        self._run(sql, params, "CSV", tag)
+
+    def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str) -> None:
+        encoders = [_text_encoder(t) for t in types]
+        lines = []
+        for row in rows:
+            record = {}
+            for name, encode in zip(columns, encoders):
+                value = row[name]
+                record[name] = encode(value) if encode is not None and value is not None else value
+            lines.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+        column_list = ", ".join(f"`{c}`" for c in columns)
+        self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}) FORMAT JSONEachRow\n" + "\n".join(lines), None, tag)
+
+    def close(self) -> None:
+        self._local = threading.local()
+
+
+def _text_encoder(ch_type: str):
+    if _datetime_scale(ch_type) is not None:
+        return _ns_to_text
+    inner = _array_inner(ch_type)
+    if inner is not None and _datetime_scale(inner) is not None:
+        return lambda values: [_ns_to_text(v) for v in values]
+    return None
+
+
+def _error_code(text: str) -> int | None:
+    match = re.search(r"Code: (\d+)", text)
+    return int(match.group(1)) if match else None
+
+
+# --------------------------------------------------------------------------------------------
+class NativeBackend:
+    """A ClickHouse server over the native protocol (clickhouse-driver)."""
+
+    name = "native"
+
+    def __init__(self, url, database: str | None = None):
+        self.url = url
+        self.database = database or url.database
+        self._local = threading.local()
+        self._database_ready = False
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        scheme = "clickhouses" if self.url.secure else "clickhouse"
+        return f"{scheme}://{self.url.user}@{self.url.host}:{self.url.port}/{self.database}"
+
+    def _new_client(self, database: str):
+        from clickhouse_driver import Client
+
+        return Client(
+            host=self.url.host,
+            port=self.url.port,
+            user=self.url.user,
+            password=self.url.password,
+            database=database,
+            secure=self.url.secure,
+            connect_timeout=self.url.connect_timeout,
+            send_receive_timeout=self.url.send_receive_timeout,
+            sync_request_timeout=self.url.connect_timeout,
+            compression="lz4",
+            client_name="tracedash",
+            settings={"server_side_params": True},
+        )
+
+    def _client(self):
+        client = getattr(self._local, "client", None)
+        if client is None:
+            if not self._database_ready:
+                with self._lock:
+                    if not self._database_ready:
+                        bootstrap = self._new_client("default")
+                        try:
+                            self._execute(bootstrap, f"CREATE DATABASE IF NOT EXISTS `{self.database}`", None, "store.bootstrap")
+                        finally:
+                            bootstrap.disconnect()
+                        self._database_ready = True
+            client = self._local.client = self._new_client(self.database)
+        return client
+
+    def _execute(self, client, sql, params, tag, **kwargs):
+        from clickhouse_driver import errors as ch_errors
+
+        settings = {"log_comment": tag}
+        try:
+            return client.execute(sql, params, settings=settings, **kwargs)
+        except (ch_errors.NetworkError, ch_errors.SocketTimeoutError, EOFError, OSError) as exc:
+            client.disconnect()
+            raise StoreUnavailable(f"ClickHouse at {self.url.host}:{self.url.port} is unreachable: {exc}", tag=tag) from exc
+        except ch_errors.Error as exc:
+            raise StoreError(str(exc).strip(), tag=tag, code=getattr(exc, "code", None)) from exc
+
+    def _call(self, sql, params, tag, **kwargs):
+        # Reads and DDL: one bounded retry, on network errors only (a server restart drops idle
+        # connections). Inserts never come through here: they are not resent blindly.
+        try:
+            return self._execute(self._client(), sql, params, tag, **kwargs)
+        except StoreUnavailable:
+            return self._execute(self._client(), sql, params, tag, **kwargs)
+
+    def query(self, sql: str, params: dict | None, tag: str) -> Result:
+        rows, meta = self._call(sql, params or {}, tag, with_column_types=True)
+        types = [t for _, t in meta]
+        return Result([n for n, _ in meta], types, _convert_rows(rows, types, from_text=False))
+
+    def command(self, sql: str, params: dict | None, tag: str) -> None:
+        self._call(sql, params or None, tag)
+
+    def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str) -> None:
+        data = []
+        for name, ch_type in zip(columns, types):
+            values = [row[name] for row in rows]
+            scale = _datetime_scale(ch_type)
+            inner = _array_inner(ch_type)
+            if scale is not None:
+                divisor = 10 ** (9 - scale)
+                values = [None if v is None else int(v) // divisor for v in values]
+            elif inner is not None and _datetime_scale(inner) is not None:
+                divisor = 10 ** (9 - _datetime_scale(inner))
+                values = [[int(x) // divisor for x in v] for v in values]
+            data.append(values)
+        column_list = ", ".join(f"`{c}`" for c in columns)
+        sql = f"{tag_comment(tag)}INSERT INTO {table} ({column_list}) VALUES"
+        self._execute(self._client(), sql, data, tag, columnar=True, types_check=False)
+
+    def close(self) -> None:
+        client = getattr(self._local, "client", None)
+        if client is not None:
+            client.disconnect()
+        self._local = threading.local()
+
+
+_TAG_SAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
+
+
+def tag_comment(tag: str) -> str:
+    """A leading comment naming the code, so ``system.query_log`` leads back to it."""
+    return f"/* tracedash:{_TAG_SAFE.sub('_', tag)} */ "

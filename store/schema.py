@@ -1,0 +1,145 @@
+"""ClickHouse tables, declared once.
+
+Each table is described by its columns; the DDL that migrations and test fixtures run and the
+types the insert path needs both come from that one description, so tests build exactly the
+production schema. ``TABLES`` is the registry (tests truncate every table in it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    codec: str = ""
+    default: str = ""
+
+    def ddl(self) -> str:
+        parts = [f"`{self.name}`", self.type]
+        if self.default:
+            parts.append(f"DEFAULT {self.default}")
+        if self.codec:
+            parts.append(f"CODEC({self.codec})")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    engine: str  # MergeTree family name and arguments, e.g. "ReplacingMergeTree(ingested_at)"
+    order_by: str
+    partition_by: str = ""
+    ttl: str = ""  # may use {retention_days}
+    indexes: tuple[str, ...] = ()
+    settings: str = "index_granularity = 8192"
+
+    @property
+    def insert_columns(self) -> tuple[Column, ...]:
+        """Columns a writer supplies (those with a DEFAULT are filled by ClickHouse)."""
+        return tuple(c for c in self.columns if not c.default)
+
+    def column_types(self) -> dict[str, str]:
+        return {c.name: c.type for c in self.columns}
+
+    def create_sql(self, *, retention_days: int, cluster: str | None = None) -> str:
+        body = [c.ddl() for c in self.columns] + [f"INDEX {index}" for index in self.indexes]
+        on_cluster = f" ON CLUSTER `{cluster}`" if cluster else ""
+        lines = [
+            f"CREATE TABLE IF NOT EXISTS {self.name}{on_cluster}",
+            "(",
+            "    " + ",\n    ".join(body),
+            ")",
+            f"ENGINE = {replicated_engine(self.engine, self.name) if cluster else self.engine}",
+        ]
+        if self.partition_by:
+            lines.append(f"PARTITION BY {self.partition_by}")
+        lines.append(f"ORDER BY {self.order_by}")
+        if self.ttl:
+            lines.append("TTL " + self.ttl.format(retention_days=int(retention_days)))
+        if self.settings:
+            lines.append(f"SETTINGS {self.settings}")
+        return "\n".join(lines)
+
+
+def replicated_engine(engine: str, table: str) -> str:
+    """``ReplacingMergeTree(v)`` -> ``ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/t', '{replica}', v)``."""
+    name, _, rest = engine.partition("(")
+    args = rest.rstrip(")").strip()
+    path = f"'/clickhouse/tables/{{shard}}/{{database}}/{table}', '{{replica}}'"
+    return f"Replicated{name}({path}{', ' + args if args else ''})"
+
+
+DATETIME_NS = "DateTime64(9, 'UTC')"
+DATETIME_MS = "DateTime64(3, 'UTC')"
+
+SPANS = Table(
+    name="spans",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("trace_id", "FixedString(32)"),
+        Column("span_id", "FixedString(16)"),
+        Column("parent_span_id", "String", "ZSTD(1)"),  # '' for a root span
+        Column("name", "LowCardinality(String)"),
+        Column("phase", "LowCardinality(String)"),  # network|preprocess|inference|postprocess|other
+        Column("service", "LowCardinality(String)"),
+        Column("model", "LowCardinality(String)"),
+        Column("start_time", DATETIME_NS, "DoubleDelta, ZSTD(1)"),
+        Column("duration_ns", "UInt64", "T64, ZSTD(1)"),
+        Column("status", "LowCardinality(String)"),  # ok|error
+        Column("status_message", "String", "ZSTD(3)"),
+        Column("ttft_ns", "Nullable(UInt64)", "ZSTD(1)"),  # missing is missing, never 0
+        Column("input_tokens", "UInt32", "T64, ZSTD(1)"),
+        Column("output_tokens", "UInt32", "T64, ZSTD(1)"),
+        Column("cost_usd", "Nullable(Float64)", "ZSTD(1)"),
+        Column("attributes", "Map(LowCardinality(String), String)", "ZSTD(3)"),
+        Column("resource_attributes", "Map(LowCardinality(String), String)", "ZSTD(3)"),
+        Column("event_times", f"Array({DATETIME_NS})", "ZSTD(1)"),
+        Column("event_names", "Array(LowCardinality(String))", "ZSTD(1)"),
+        Column("event_attributes", "Array(Map(String, String))", "ZSTD(3)"),
+        Column("ingested_at", DATETIME_MS, "", "now64(3)"),
+    ),
+    # A span re-sent with the same ids collapses into one row on merge.
+    engine="ReplacingMergeTree(ingested_at)",
+    partition_by="toDate(start_time)",
+    order_by="(project_id, service, start_time, trace_id, span_id)",
+    ttl="toDateTime(start_time) + toIntervalDay({retention_days})",
+    indexes=(
+        "idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1",
+        "idx_duration duration_ns TYPE minmax GRANULARITY 4",
+    ),
+    settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+)
+
+RESOURCE_SAMPLES = Table(
+    name="resource_samples",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("time", DATETIME_MS, "DoubleDelta, ZSTD(1)"),
+        Column("host", "LowCardinality(String)"),
+        Column("gpu_index", "Int16"),  # -1: a host-level sample (CPU, memory)
+        Column("gpu_uuid", "LowCardinality(String)"),
+        Column("gpu_name", "LowCardinality(String)"),
+        Column("gpu_utilization", "Nullable(Float32)", "ZSTD(1)"),
+        Column("gpu_memory_used", "Nullable(UInt64)", "ZSTD(1)"),
+        Column("gpu_memory_total", "Nullable(UInt64)", "ZSTD(1)"),
+        Column("gpu_temperature", "Nullable(Float32)", "ZSTD(1)"),
+        Column("gpu_power_watts", "Nullable(Float32)", "ZSTD(1)"),
+        Column("cpu_percent", "Nullable(Float32)", "ZSTD(1)"),
+        Column("memory_used", "Nullable(UInt64)", "ZSTD(1)"),
+        Column("memory_total", "Nullable(UInt64)", "ZSTD(1)"),
+        Column("process_pids", "Array(UInt32)", "ZSTD(1)"),
+        Column("process_names", "Array(String)", "ZSTD(1)"),
+        Column("process_gpu_memory", "Array(UInt64)", "ZSTD(1)"),
+    ),
+    engine="MergeTree",
+    partition_by="toDate(time)",
+    order_by="(project_id, host, gpu_index, time)",
+    ttl="toDateTime(time) + toIntervalDay({retention_days})",
+    settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES)}

@@ -1,0 +1,106 @@
+"""Shared fixtures.
+
+ClickHouse: each test run gets its own database (``tracedash_test_<random>``) on the store the
+settings name (embedded chdb by default), built by the same migrations users run, and dropped at
+the end. Tests that touch it carry ``@pytest.mark.clickhouse``; an unmarked test that reaches the
+store fails, so isolation (tables truncated before each marked test) is never forgotten.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+import uuid
+
+import pytest
+from django.conf import settings
+
+import store
+from store import Store, StoreError, store_from_settings
+from store.migrator import MigrationContext, migrate
+from store.schema import TABLES
+
+
+class _UnmarkedStoreGuard:
+    """Stands in for the store in tests without the ``clickhouse`` marker."""
+
+    name = kind = "guard"
+    database = "none"
+
+    def describe(self):
+        return "guard"
+
+    def _refuse(self, *args, **kwargs):
+        raise AssertionError("this test reached ClickHouse; mark it with @pytest.mark.clickhouse")
+
+    query = command = insert = ping = _refuse
+
+    def close(self):
+        pass
+
+
+@pytest.fixture(scope="session")
+def clickhouse_store():
+    database = f"tracedash_test_{secrets.token_hex(4)}"
+    test_store = store_from_settings(database=database)
+    migrate(test_store, MigrationContext(retention_days=settings.TRACEDASH_RETENTION_DAYS))
+    yield test_store
+    try:
+        test_store.command(f"DROP DATABASE IF EXISTS `{database}`", tag="tests.drop_database")
+    finally:
+        test_store.close()
+        if settings.TRACEDASH_CLICKHOUSE is None and str(settings.DATA_DIR).startswith(("/tmp/", os.environ.get("TMPDIR", "/tmp/"))):
+            shutil.rmtree(settings.DATA_DIR, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _store_for_test(request):
+    if request.node.get_closest_marker("clickhouse"):
+        test_store = request.getfixturevalue("clickhouse_store")
+        for table in TABLES:
+            test_store.command(f"TRUNCATE TABLE IF EXISTS {table}", tag="tests.truncate")
+        previous = store.set_store(test_store)
+    else:
+        previous = store.set_store(Store(_UnmarkedStoreGuard()))
+    yield
+    store.set_store(previous)
+
+
+@pytest.fixture
+def make_user(django_user_model):
+    def make(username=None, password="pw-for-tests-1"):
+        username = username or f"user-{uuid.uuid4().hex[:8]}"
+        return django_user_model.objects.create_user(username=username, password=password)
+
+    return make
+
+
+@pytest.fixture
+def project_with_key(db):
+    """(project, plaintext ingest key), made through the same service users call."""
+    from projects.services import project_create
+
+    def make(name=None, members=()):
+        from projects.services import membership_add
+
+        project, key = project_create(name=name or f"project-{uuid.uuid4().hex[:8]}")
+        for user in members:
+            membership_add(project=project, user=user)
+        return project, key
+
+    return make
+
+
+def wait_until(predicate, timeout=10.0, interval=0.05, message="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+
+
+__all__ = ["StoreError", "wait_until"]

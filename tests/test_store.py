@@ -1,0 +1,155 @@
+"""The store on both backends: the embedded one always, the native one against the server named
+by TRACEDASH_TEST_CLICKHOUSE_URL (skipped, with the reason, when it is unset)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+from django.conf import settings
+
+from config.env import parse_clickhouse_url
+from store import Store, StoreError, StoreUnavailable
+from store.backends import EmbeddedBackend, NativeBackend
+from store.migrator import MigrationContext, migrate
+
+NATIVE_URL = os.environ.get("TRACEDASH_TEST_CLICKHOUSE_URL")
+
+
+@pytest.fixture(params=["embedded", "native"])
+def backend_store(request, clickhouse_store):
+    """A store on a throwaway database of each backend, with the production schema."""
+    if request.param == "embedded":
+        if settings.TRACEDASH_CLICKHOUSE is not None:
+            pytest.skip("the embedded backend is not the configured store in this run")
+        store = Store(EmbeddedBackend(settings.TRACEDASH_CLICKHOUSE_PATH, f"tracedash_t_{secrets.token_hex(4)}"))
+    else:
+        if not NATIVE_URL:
+            pytest.skip("native backend: set TRACEDASH_TEST_CLICKHOUSE_URL=clickhouse://user:pass@host:9000/db "
+                        "to run against a ClickHouse server (none can run on this machine)")
+        store = Store(NativeBackend(parse_clickhouse_url(NATIVE_URL, "TRACEDASH_TEST_CLICKHOUSE_URL"),
+                                    f"tracedash_t_{secrets.token_hex(4)}"))
+    migrate(store, MigrationContext(retention_days=30))
+    yield store
+    store.command(f"DROP DATABASE IF EXISTS `{store.database}`", tag="tests.drop")
+    store.close()
+
+
+# A recent whole second plus 123456789 ns: rows older than the retention TTL are dropped on insert.
+BASE_NS = (time.time_ns() // 10**9 - 3600) * 10**9 + 123_456_789
+BASE_DT = datetime.fromtimestamp(BASE_NS // 10**9, tz=timezone.utc)
+
+
+def _span_row(**overrides):
+    row = {
+        "project_id": 1, "trace_id": secrets.token_hex(16), "span_id": secrets.token_hex(8), "parent_span_id": "",
+        "name": "chat", "phase": "inference", "service": "api", "model": "m", "start_time": BASE_NS,
+        "duration_ns": 5_000_000, "status": "ok", "status_message": "", "ttft_ns": None, "input_tokens": 3,
+        "output_tokens": 4, "cost_usd": None, "attributes": {}, "resource_attributes": {},
+        "event_times": [], "event_names": [], "event_attributes": [],
+    }
+    row.update(overrides)
+    return row
+
+
+pytestmark = pytest.mark.clickhouse
+
+
+def test_parameters_are_typed_and_never_spliced(backend_store):
+    tricky = "it's \"quoted\" \\ {not:String} '; DROP TABLE spans; --"
+    result = backend_store.query(
+        "SELECT {s:String} AS s, {n:UInt64} + 1 AS n, {f:Float64} * 2 AS f",
+        {"s": tricky, "n": 41, "f": 1.25},
+        tag="tests.params",
+    )
+    assert result.columns == ["s", "n", "f"]
+    assert result.rows == [(tricky, 42, 2.5)]
+    assert backend_store.query("SELECT count() FROM spans", tag="tests.count").scalar() == 0  # still there
+
+
+def test_batch_insert_round_trips_every_column_type(backend_store):
+    rows = [
+        _span_row(
+            span_id=f"{i:016x}", start_time=BASE_NS + i, ttft_ns=210_000_000 if i % 2 else None,
+            cost_usd=0.5 if i % 2 else None, attributes={"k": f"v{i}", "quote": "a'b\"c"},
+            resource_attributes={"host.name": "gpu-1"}, event_times=[BASE_NS - 123_456_788],
+            event_names=["first_token"], event_attributes=[{"i": str(i)}], name=f"n<{i}>",
+        )
+        for i in range(1, 2001)
+    ]
+    assert backend_store.insert("spans", rows, tag="tests.insert") == 2000
+    result = backend_store.query(
+        "SELECT span_id, toUnixTimestamp64Nano(start_time) AS ns, start_time, ttft_ns, cost_usd, attributes,"
+        " resource_attributes, event_times, event_names, event_attributes, name"
+        " FROM spans WHERE project_id = {p:UInt64} ORDER BY span_id LIMIT 2",
+        {"p": 1},
+        tag="tests.read",
+    )
+    first, second = result.dicts()
+    assert first["span_id"] == f"{1:016x}"
+    assert first["ns"] == BASE_NS + 1  # nanoseconds survive
+    assert first["start_time"] == BASE_DT.replace(microsecond=123456)
+    assert first["ttft_ns"] == 210_000_000 and second["ttft_ns"] is None  # missing stays missing
+    assert first["cost_usd"] == 0.5 and second["cost_usd"] is None
+    assert first["attributes"] == {"k": "v1", "quote": "a'b\"c"}
+    assert first["resource_attributes"] == {"host.name": "gpu-1"}
+    assert first["event_times"] == [BASE_DT]
+    assert first["event_names"] == ["first_token"] and first["event_attributes"] == [{"i": "1"}]
+    assert first["name"] == "n<1>"
+    assert backend_store.query("SELECT count() FROM spans", tag="tests.count").scalar() == 2000
+
+
+def test_errors_are_wrapped_and_name_the_caller(backend_store):
+    with pytest.raises(StoreError) as caught:
+        backend_store.query("SELECT no_such_function(1)", tag="tests.broken_query")
+    assert caught.value.tag == "tests.broken_query"
+    assert "no_such_function" in str(caught.value) and "[tests.broken_query]" in str(caught.value)
+    assert caught.value.__cause__ is not None  # re-raised from the driver's error
+    with pytest.raises(StoreError, match="lacks column 'name'"):
+        row = _span_row()
+        del row["name"]
+        backend_store.insert("spans", [row], tag="tests.bad_row")
+    with pytest.raises(StoreError, match="unknown table"):
+        backend_store.insert("nope", [{"a": 1}], tag="tests.bad_table")
+
+
+def test_queries_carry_their_tag_to_the_server(backend_store):
+    seen = backend_store.query(
+        "SELECT query FROM system.processes WHERE is_initial_query AND query LIKE '%tests.tagged%'",
+        tag="tests.tagged.selector",
+    ).scalar()
+    assert seen.startswith("/* tracedash:tests.tagged.selector */ SELECT")
+
+
+def test_threads_each_get_correct_parameter_substitutions(backend_store):
+    errors = []
+
+    def worker(n):
+        try:
+            for k in range(40):
+                value = n * 1000 + k
+                got = backend_store.query("SELECT {v:UInt32} AS v, {s:String} AS s", {"v": value, "s": str(value)},
+                                          tag="tests.threads").rows
+                if got != [(value, str(value))]:
+                    errors.append((value, got))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_unreachable_server_raises_store_unavailable():
+    # A closed local port: the native backend must fail fast with the project's own error.
+    url = parse_clickhouse_url("clickhouse://default@127.0.0.1:1/db?connect_timeout=1")
+    unreachable = Store(NativeBackend(url))
+    with pytest.raises(StoreUnavailable, match="unreachable"):
+        unreachable.ping()
