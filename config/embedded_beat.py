@@ -19,6 +19,7 @@ log = logging.getLogger("tracedash.beat")
 class EmbeddedBeat:
     def __init__(self, app, schedule: dict, *, max_sleep: float = 1.0):
         self.app = app
+        app.loader.import_default_modules()  # registers the tasks autodiscover_tasks() found
         self.entries = {
             name: {"task": entry["task"], "schedule": maybe_schedule(entry["schedule"]),
                    "args": entry.get("args", ()), "kwargs": entry.get("kwargs", {})}
@@ -53,7 +54,6 @@ class EmbeddedBeat:
             self._stop.wait(self.tick())
 
     def start(self) -> None:
-        self.app.loader.import_default_modules()
         missing = [e["task"] for e in self.entries.values() if e["task"] not in self.app.tasks]
         if missing:
             raise RuntimeError(f"beat schedule names unknown task(s): {', '.join(missing)}")

@@ -1,5 +1,6 @@
 """Django settings. Every value that differs between deployments comes from ``config.env``."""
 
+import warnings
 from pathlib import Path
 
 from config import env as _env
@@ -81,6 +82,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"  # collectstatic target for images; outsi
 # Embedded mode serves static files straight from the app folders (no collectstatic step).
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
+warnings.filterwarnings("ignore", message=r"No directory at: .*staticfiles")  # expected before collectstatic
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
@@ -147,5 +149,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": "INFO"},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # One line per scheduled task run is noise; failures still log at ERROR.
+        "celery.app.trace": {"level": "WARNING"},
+    },
 }

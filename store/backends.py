@@ -141,13 +141,14 @@ class EmbeddedBackend:
             self.path.mkdir(parents=True, exist_ok=True)
             try:
                 conn = chdb.connect(str(self.path))
-            except Exception as exc:  # chdb raises RuntimeError with the server's text
+            except Exception as exc:  # chdb raises RuntimeError; the real cause goes to stderr
                 text = str(exc)
-                if "Cannot lock file" in text or "Another server instance" in text:
+                holder = _lock_holder(self.path)
+                if holder is not None or "Cannot lock file" in text:
                     raise DataDirLocked(
-                        f"the embedded ClickHouse data directory {self.path} is in use by another process "
-                        "(only one process can open it: is `make run` already serving from this data dir? "
-                        "stop it, or set TRACEDASH_DATA_DIR to another directory)"
+                        f"the embedded ClickHouse data directory {self.path} is in use by another process"
+                        f"{f' (pid {holder})' if holder else ''}; only one process can open it. Is `make run` "
+                        "already serving from this data dir? Stop it, or set TRACEDASH_DATA_DIR to another directory"
                     ) from exc
                 if "already initialized with path" in text:
                     raise StoreError(
@@ -206,6 +207,27 @@ class EmbeddedBackend:
 
     def close(self) -> None:
         self._local = threading.local()
+
+
+def _lock_holder(path: Path) -> str | None:
+    """The pid holding ClickHouse's lock on ``path/status`` ("" when unknown), or None if unlocked."""
+    import fcntl
+
+    status = path / "status"
+    try:
+        handle = open(status, "rb")
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            match = re.search(rb"PID: (\d+)", handle.read(200))
+            return match.group(1).decode() if match else ""
+        except OSError:
+            return None
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
 
 
 def _text_encoder(ch_type: str):

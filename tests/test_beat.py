@@ -1,0 +1,90 @@
+"""The embedded beat runs the Celery beat schedule in-process: here, the local host sampler."""
+
+import logging
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import shared_task
+
+from agent.sampler import GpuSample, ResourceSampler
+from config.celery import app
+from config.embedded_beat import EmbeddedBeat
+from store import get_store
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+
+CALLS = []
+
+
+@shared_task(name="tests.flaky_task")
+def flaky_task():
+    CALLS.append(1)
+    raise RuntimeError("boom")
+
+
+def test_beat_applies_due_tasks_and_records_local_samples(project_with_key):
+    project, _ = project_with_key()
+    beat = EmbeddedBeat(app, {"sample": {"task": "agent.tasks.sample_local_host", "schedule": 10.0}})
+    start = datetime.now(timezone.utc)
+    assert beat.tick(start) <= 10.0
+    assert beat.runs == {"sample": 1}
+    beat.tick(start + timedelta(seconds=1))  # not due again yet
+    assert beat.runs == {"sample": 1}
+    rows = get_store().query(
+        "SELECT host, gpu_index, cpu_percent, memory_used, memory_total FROM resource_samples WHERE project_id = {p:UInt64}",
+        {"p": project.pk}, tag="tests.samples").dicts()
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["gpu_index"] == -1 and row["host"]
+    assert 0 <= row["cpu_percent"] <= 100
+    assert 0 < row["memory_used"] < row["memory_total"]
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_a_failing_task_is_logged_and_the_schedule_goes_on():
+    CALLS.clear()
+    collect = _Collect()
+    logging.getLogger("tracedash.beat").addHandler(collect)
+    beat = EmbeddedBeat(app, {"flaky": {"task": "tests.flaky_task", "schedule": 0.1}})
+    now = datetime.now(timezone.utc)
+    beat.tick(now)
+    beat.last_run["flaky"] = now - timedelta(seconds=1)
+    beat.tick(now + timedelta(seconds=1))
+    logging.getLogger("tracedash.beat").removeHandler(collect)
+    assert len(CALLS) == 2
+    failures = [r for r in collect.records if r.getMessage() == "scheduled task flaky (tests.flaky_task) failed"]
+    assert len(failures) == 2 and "boom" in str(failures[0].exc_info[1])
+
+
+def test_unknown_task_in_schedule_fails_at_start():
+    beat = EmbeddedBeat(app, {"x": {"task": "no.such.task", "schedule": 1.0}})
+    with pytest.raises(RuntimeError, match="no.such.task"):
+        beat.start()
+
+
+class FakeNvml:
+    available = True
+    reason = ""
+
+    def sample(self):
+        return [GpuSample(index=0, uuid="GPU-1", name="Fake H100", utilization=97.0, memory_used=70 * 2**30,
+                          memory_total=80 * 2**30, temperature=71.0, power_watts=350.5,
+                          processes=[(4242, "python", 60 * 2**30)])]
+
+
+def test_sampler_rows_include_gpus_with_missing_figures_left_missing():
+    rows = ResourceSampler(host="gpu-host-1", nvml=FakeNvml()).sample()
+    host, gpu = rows
+    assert host["gpu_index"] == -1 and host["gpu_utilization"] is None and host["cpu_percent"] is not None
+    assert gpu["gpu_index"] == 0 and gpu["cpu_percent"] is None  # never reported as 0
+    assert gpu["gpu_memory_used"] / gpu["gpu_memory_total"] == pytest.approx(0.875)
+    assert gpu["process_pids"] == [4242] and gpu["process_gpu_memory"] == [60 * 2**30]
+    assert get_store().insert("resource_samples", [{**r, "project_id": 1} for r in rows], tag="tests.samples") == 2

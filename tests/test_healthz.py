@@ -1,0 +1,59 @@
+import pytest
+
+import store
+from config.env import parse_clickhouse_url
+from store import Store
+from store.backends import NativeBackend
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+
+
+def test_healthz_reports_web_clickhouse_and_database(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert set(body["checks"]) == {"web", "clickhouse", "database"}
+    assert all(check["ok"] for check in body["checks"].values())
+
+
+def test_healthz_fails_when_clickhouse_is_down(client):
+    down = Store(NativeBackend(parse_clickhouse_url("clickhouse://127.0.0.1:1/x?connect_timeout=0.5")))
+    previous = store.set_store(down)
+    try:
+        response = client.get("/healthz")
+    finally:
+        store.set_store(previous)
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable"
+    assert body["checks"]["clickhouse"]["ok"] is False and "unreachable" in body["checks"]["clickhouse"]["error"]
+    assert body["checks"]["database"]["ok"] is True
+
+
+def test_traces_page_says_so_when_clickhouse_is_down(client, make_user, project_with_key):
+    user = make_user()
+    project_with_key(members=[user])
+    client.force_login(user)
+    previous = store.set_store(Store(NativeBackend(parse_clickhouse_url("clickhouse://127.0.0.1:1/x?connect_timeout=0.5"))))
+    try:
+        response = client.get("/traces/")
+    finally:
+        store.set_store(previous)
+    assert response.status_code == 503
+    assert "trace store is unavailable" in response.content.decode()
+
+
+def test_ingest_answers_503_with_retry_after_when_clickhouse_is_down(client, project_with_key):
+    from tests.spans import llm_trace
+    import json
+
+    _, key = project_with_key()
+    previous = store.set_store(Store(NativeBackend(parse_clickhouse_url("clickhouse://127.0.0.1:1/x?connect_timeout=0.5"))))
+    try:
+        response = client.post("/api/v1/traces", data=json.dumps({"spans": llm_trace()}), content_type="application/json",
+                               HTTP_AUTHORIZATION=f"Bearer {key}")
+    finally:
+        store.set_store(previous)
+    assert response.status_code == 503 and response["Retry-After"]
+    assert response.json()["error"]["code"] == "store_unavailable"
