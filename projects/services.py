@@ -67,15 +67,16 @@ def membership_add(*, project: Project, user, role: str = Membership.Role.MEMBER
     return membership
 
 
-def local_admin_ensure(*, username: str = "admin") -> tuple[object, str | None]:
-    """The embedded first start: an admin account (returns its new password once) and a first
-    project it belongs to. Returns (user, password or None when the account already existed)."""
+def local_admin_ensure(*, username: str = "admin") -> dict:
+    """The embedded first start: an admin account and a first project it belongs to.
+
+    Returns what was created, for printing once: ``{"user", "password", "project", "key"}`` where
+    password/project/key are None when they already existed."""
     User = get_user_model()
-    user = User.objects.filter(username=username).first()
-    password = None
-    if user is None:
-        password = secrets.token_urlsafe(12)
-        user = User.objects.create_superuser(username=username, email="", password=password)
+    created = {"user": User.objects.filter(username=username).first(), "password": None, "project": None, "key": None}
+    if created["user"] is None:
+        created["password"] = secrets.token_urlsafe(12)
+        created["user"] = User.objects.create_superuser(username=username, email="", password=created["password"])
     if not Project.objects.exists():
-        project_create(name="default", owner=user)
-    return user, password
+        created["project"], created["key"] = project_create(name="default", owner=created["user"])
+    return created

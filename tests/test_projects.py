@@ -68,9 +68,11 @@ def test_users_see_only_projects_they_belong_to(project_with_key, make_user):
 
 
 def test_first_start_creates_an_admin_once_with_a_first_project():
-    user, password = local_admin_ensure()
+    created = local_admin_ensure()
+    user, password = created["user"], created["password"]
     assert password and user.is_superuser and user.check_password(password)
     assert [p.name for p in projects_for_user(user=user)] == ["default"]
-    again, second_password = local_admin_ensure()
-    assert again == user and second_password is None  # a second start reuses the account
+    assert api_key_authenticate(raw_key=created["key"]).project == created["project"]
+    again = local_admin_ensure()
+    assert again == {"user": user, "password": None, "project": None, "key": None}  # a second start reuses all
     assert Project.objects.count() == 1

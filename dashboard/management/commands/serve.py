@@ -75,14 +75,18 @@ class Command(BaseCommand):
     def _ensure_local_admin(self, host, port):
         from projects.services import local_admin_ensure
 
-        user, password = local_admin_ensure()
-        if password:
+        created = local_admin_ensure()
+        name = created["user"].get_username()
+        if created["password"]:
             self.stdout.write(self.style.WARNING(
-                f"tracedash: created the local admin account — username: {user.get_username()}  password: {password}\n"
-                "tracedash: (shown once; change it with `python manage.py changepassword admin`)"))
+                f"tracedash: created the local admin account — username: {name}  password: {created['password']}\n"
+                f"tracedash: (shown once; change it with `python manage.py changepassword {name}`)"))
         else:
-            self.stdout.write(f"tracedash: log in as {user.get_username()!r} (the password was printed at first start; "
-                              "`python manage.py changepassword admin` sets a new one)")
+            self.stdout.write(f"tracedash: log in as {name!r} (the password was printed at first start; "
+                              f"`python manage.py changepassword {name}` sets a new one)")
+        if created["key"]:
+            self.stdout.write(self.style.WARNING(
+                f"tracedash: created project {created['project'].name!r}; its ingest key (shown once): {created['key']}"))
 
 
 def _asgi_app():

@@ -1,0 +1,140 @@
+"""`make run`'s command end to end, as a user meets it: first start, a project created beside the
+running server, spans posted, the traces page after logging in, Ctrl-C, and a second start that
+reuses the data. Runs in a subprocess on its own data dir with the embedded defaults."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.spans import llm_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCTION_VARIABLES = ("TRACEDASH_CLICKHOUSE_URL", "DATABASE_URL", "CELERY_BROKER_URL", "TRACEDASH_CHANNEL_LAYER_URL",
+                        "DJANGO_SETTINGS_MODULE", "TRACEDASH_SECRET_KEY")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, data_dir: Path, port: int):
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
+        self.env.update(TRACEDASH_DATA_DIR=str(data_dir), PORT=str(port), PYTHONUNBUFFERED="1")
+        self.log = data_dir.parent / f"serve-{port}-{time.time_ns()}.log"
+
+    def start(self):
+        self.handle = open(self.log, "w")
+        self.proc = subprocess.Popen([sys.executable, "manage.py", "serve"], cwd=ROOT, env=self.env,
+                                     stdout=self.handle, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited early:\n{self.output()}")
+            try:
+                with urllib.request.urlopen(self.base + "/healthz", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.2)
+        raise AssertionError(f"serve did not answer /healthz within 90 s:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.handle.close()
+
+    def manage(self, *args) -> str:
+        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+
+def _login(opener, base, username, password):
+    opener.open(base + "/login/").read()
+    jar = next(h for h in opener.handlers if isinstance(h, urllib.request.HTTPCookieProcessor)).cookiejar
+    token = next(c.value for c in jar if c.name == "csrftoken")
+    data = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token}).encode()
+    request = urllib.request.Request(base + "/login/", data=data, headers={"Referer": base + "/login/"})
+    with opener.open(request) as response:
+        assert response.url.endswith("/traces/"), response.url
+
+
+@pytest.fixture
+def server_dir(tmp_path):
+    return tmp_path / "var"
+
+
+def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
+    server = Server(server_dir, _free_port()).start()
+    try:
+        first = server.output()
+        match = re.search(r"username: (\S+)\s+password: (\S+)", first)
+        assert match, first
+        username, password = match.groups()
+        assert "ingest key (shown once): td_" in first
+        assert "embedded chdb" in first and "sqlite3" in first
+
+        # Commands beside the running server need no ClickHouse, so they work while it serves.
+        created = server.manage("create_project", "shop", "--member", username).strip().splitlines()
+        project_id = int(re.search(r"\(id (\d+)\)", created[0]).group(1))
+        key = created[-1]
+        spans = llm_trace(name="served-request")
+        request = urllib.request.Request(server.base + "/api/v1/traces", data=json.dumps({"spans": spans}).encode(),
+                                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.load(response) == {"accepted": 5, "rejected": []}
+
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        _login(opener, server.base, username, password)
+        html = opener.open(f"{server.base}/traces/?project={project_id}").read().decode()
+        assert spans[0]["trace_id"] in html and "served-request" in html
+        assert opener.open(server.base + "/static/tracedash/app.css").status == 200
+    finally:
+        code = server.interrupt()
+    assert code == 0, server.output()
+    assert "tracedash: stopped." in server.output()
+
+    again = Server(server_dir, server.port).start()
+    try:
+        second = again.output()
+        assert "password:" not in second and "log in as 'admin'" in second  # the account is reused
+        assert "No ClickHouse migrations to apply" in second
+        # The session cookie still works (the secret key persisted) and the data is still there.
+        html = opener.open(f"{again.base}/traces/?project={project_id}").read().decode()
+        assert spans[0]["trace_id"] in html
+    finally:
+        assert again.interrupt() == 0, again.output()
+
+
+def test_serve_refuses_several_workers_on_the_embedded_store(server_dir):
+    server = Server(server_dir, _free_port())
+    done = subprocess.run([sys.executable, "manage.py", "serve", "--workers", "3"], cwd=ROOT, env=server.env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "embedded ClickHouse store can be opened by one process only" in done.stderr
