@@ -13,6 +13,9 @@ class TracesConsumer(AsyncJsonWebsocketConsumer):
         project_id = self.scope["url_route"]["kwargs"]["project_id"]
         project = await database_sync_to_async(project_for_user)(user=user, project_id=project_id) if user else None
         if project is None:
+            # Accept, then close with 4403: a refused handshake reaches the browser as 1006, and
+            # the page could not tell "not allowed" (stop) from "server restarting" (reconnect).
+            await self.accept()
             await self.close(code=4403)
             return
         self.group = traces_group(project.pk)
