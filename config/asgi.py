@@ -9,11 +9,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set u
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from django.conf import settings  # noqa: E402
+
+from config.body_limit import BodyLimitMiddleware  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimitMiddleware(django_asgi_app, lambda: settings.TRACEDASH_INGEST_MAX_BODY_BYTES),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -26,6 +26,10 @@ VARIABLES: dict[str, str] = {
     "TRACEDASH_ALLOWED_HOSTS": "comma-separated host names the server answers to",
     "TRACEDASH_RETENTION_DAYS": "days spans and resource samples are kept (ClickHouse TTL); default 30",
     "TRACEDASH_BEAT_SAMPLE_SECONDS": "interval of the in-process host sampler in embedded mode; default 10",
+    "TRACEDASH_INGEST_MAX_BODY_MB": "largest ingest request body, before and after gunzip; default 10",
+    "TRACEDASH_INGEST_MAX_SPANS": "most spans (or resource samples) in one ingest request; default 10000",
+    "TRACEDASH_INGEST_RATE_LIMIT": "spans per second one ingest key may send (bursts of 2 s allowed); 0 = no limit; default 200000",
+    "TRACEDASH_INGEST_SPOOL_MAX_MB": "disk the ingest spool may use while ClickHouse is down, then 503; default 1024",
     "HOST": "address `make run` binds; default 127.0.0.1",
     "PORT": "port `make run` binds; default 8000",
 }
@@ -64,6 +68,10 @@ class Env:
     allowed_hosts: list[str]
     retention_days: int
     beat_sample_seconds: float
+    ingest_max_body_bytes: int
+    ingest_max_spans: int
+    ingest_rate_limit: int
+    ingest_spool_max_bytes: int
     host: str
     port: int
 
@@ -83,7 +91,7 @@ def _get(environ, name: str) -> str | None:
     return value.strip()
 
 
-def _positive_int(environ, name: str, default: int, *, minimum: int = 1, maximum: int = 65535 * 1000) -> int:
+def _positive_int(environ, name: str, default: int, *, minimum: int = 1, maximum: int = 10**9) -> int:
     raw = _get(environ, name)
     if raw is None:
         return default
@@ -244,6 +252,10 @@ def load(environ=None) -> Env:
         allowed_hosts=allowed_hosts,
         retention_days=_positive_int(environ, "TRACEDASH_RETENTION_DAYS", 30, maximum=36500),
         beat_sample_seconds=float(_positive_int(environ, "TRACEDASH_BEAT_SAMPLE_SECONDS", 10, maximum=3600)),
+        ingest_max_body_bytes=_positive_int(environ, "TRACEDASH_INGEST_MAX_BODY_MB", 10, maximum=1024) * 1024 * 1024,
+        ingest_max_spans=_positive_int(environ, "TRACEDASH_INGEST_MAX_SPANS", 10_000, maximum=1_000_000),
+        ingest_rate_limit=_positive_int(environ, "TRACEDASH_INGEST_RATE_LIMIT", 200_000, minimum=0),
+        ingest_spool_max_bytes=_positive_int(environ, "TRACEDASH_INGEST_SPOOL_MAX_MB", 1024, maximum=10**7) * 1024 * 1024,
         host=host,
         port=_positive_int(environ, "PORT", 8000, maximum=65535),
     )

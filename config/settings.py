@@ -136,11 +136,14 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # --- Ingestion ----------------------------------------------------------------------------
-TRACEDASH_INGEST_MAX_BODY_BYTES = 10 * 1024 * 1024
-TRACEDASH_INGEST_MAX_SPANS = 10_000
+TRACEDASH_INGEST_MAX_BODY_BYTES = ENV.ingest_max_body_bytes
+TRACEDASH_INGEST_MAX_SPANS = ENV.ingest_max_spans
 TRACEDASH_INGEST_MAX_ATTRIBUTES = 128
 TRACEDASH_INGEST_MAX_KEY_BYTES = 256
 TRACEDASH_INGEST_MAX_VALUE_BYTES = 64 * 1024
+TRACEDASH_INGEST_RATE_LIMIT = ENV.ingest_rate_limit  # spans/s per key, per web process
+TRACEDASH_INGEST_RATE_BURST_SECONDS = 2.0
+TRACEDASH_SPOOL_MAX_BYTES = ENV.ingest_spool_max_bytes
 DATA_UPLOAD_MAX_MEMORY_SIZE = TRACEDASH_INGEST_MAX_BODY_BYTES
 
 LOGGING = {

@@ -45,5 +45,11 @@ def healthz(request):
         checks["database"] = {"ok": True, "vendor": connection.vendor}
     except Exception as exc:  # noqa: BLE001 - any failure means "not ready", reported in the body
         checks["database"] = {"ok": False, "vendor": connection.vendor, "error": str(exc)[:500]}
+    from ingest.writer import get_writer
+
+    writer = get_writer().health()
+    # Spooled data is safe, but a full spool means ingestion answers 503.
+    writer["ok"] = writer["spool_bytes"] < writer["spool_limit_bytes"]
+    checks["ingest"] = writer
     ok = all(check["ok"] for check in checks.values())
     return JsonResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503)

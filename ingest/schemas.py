@@ -1,8 +1,11 @@
-"""Validation of the native JSON span format (DESIGN §4) into store rows.
+"""Validation of the native JSON formats (DESIGN §4) into store rows.
 
-Each span is checked on its own: a bad span is rejected with the field at fault and the rest of
-the batch is still stored. Unknown fields are ignored, so clients can send extra data safely.
-Nothing is coerced silently: a wrong type is an error naming the field.
+Each span (or resource sample) is checked on its own: a bad one is rejected with the field at
+fault and the rest of the batch is still stored. Unknown fields are ignored, so clients can send
+extra data safely. Nothing is coerced silently: a wrong type is an error naming the field.
+
+Types, patterns and ranges are checked by msgspec structs (in C, while decoding); the rules that
+need code (times, attribute flattening and size bounds, cross-field checks) follow in Python.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 PHASES = ("network", "preprocess", "inference", "postprocess", "other")
 STATUSES = ("ok", "error")
-_HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX16 = re.compile(r"^[0-9a-f]{16}$")
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})$"
@@ -78,34 +83,6 @@ def parse_time_ns(value, field: str) -> int:
     return ns
 
 
-def _string(value, field: str, *, max_chars: int, default: str | None = None, required: bool = False) -> str:
-    if value is None:
-        if required:
-            raise FieldError(field, "is required")
-        return default if default is not None else ""
-    if not isinstance(value, str):
-        raise FieldError(field, f"expected a string, got {type(value).__name__}")
-    if required and not value.strip():
-        raise FieldError(field, "must not be empty")
-    if len(value) > max_chars:
-        raise FieldError(field, f"longer than {max_chars} characters")
-    return value
-
-
-def _non_negative(value, field: str, *, integer: bool = False, maximum: float | None = None):
-    if value is None:
-        return None
-    if integer and not _is_int(value):
-        raise FieldError(field, f"expected a whole number, got {type(value).__name__}")
-    if not _is_number(value):
-        raise FieldError(field, f"expected a number, got {type(value).__name__}")
-    if value < 0:
-        raise FieldError(field, "must not be negative")
-    if maximum is not None and value > maximum:
-        raise FieldError(field, f"must not exceed {maximum}")
-    return value
-
-
 def _flat_value(value, field: str) -> str:
     if isinstance(value, str):
         return value
@@ -148,87 +125,213 @@ def flatten_attributes(value, field: str, limits: Limits) -> dict[str, str]:
     return out
 
 
-def _events(value, field: str, limits: Limits):
-    if value is None:
-        return [], [], []
-    if not isinstance(value, list):
-        raise FieldError(field, f"expected a list, got {type(value).__name__}")
-    if len(value) > limits.max_events:
-        raise FieldError(field, f"more than {limits.max_events} events")
-    times, names, attrs = [], [], []
-    for i, event in enumerate(value):
-        where = f"{field}[{i}]"
-        if not isinstance(event, dict):
-            raise FieldError(where, "expected an object")
-        names.append(_string(event.get("name"), f"{where}.name", max_chars=MAX_LABEL_CHARS, required=True))
-        times.append(parse_time_ns(event.get("time"), f"{where}.time"))
-        attrs.append(flatten_attributes(event.get("attributes"), f"{where}.attributes", limits))
-    return times, names, attrs
+Hex32 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+Hex16 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{16}$")]
+Label = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_CHARS)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_UINT32)]
+Time = int | str
+Phase = Literal["network", "preprocess", "inference", "postprocess", "other"]
+Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
+Bytes = Annotated[int, msgspec.Meta(ge=0)]
 
 
-def parse_span(obj, *, project_id: int, limits: Limits) -> dict:
-    """One native JSON span -> a row of ``store.schema.SPANS`` (raises FieldError)."""
-    if not isinstance(obj, dict):
-        raise FieldError("span", f"expected an object, got {type(obj).__name__}")
-    trace_id = obj.get("trace_id")
-    if not isinstance(trace_id, str) or not _HEX32.match(trace_id) or trace_id == "0" * 32:
-        raise FieldError("trace_id", "expected 32 lowercase hex characters, not all zero")
-    span_id = obj.get("span_id")
-    if not isinstance(span_id, str) or not _HEX16.match(span_id) or span_id == "0" * 16:
-        raise FieldError("span_id", "expected 16 lowercase hex characters, not all zero")
-    parent = obj.get("parent_span_id")
-    if parent in (None, ""):
-        parent = ""
-    elif not isinstance(parent, str) or not _HEX16.match(parent):
-        raise FieldError("parent_span_id", "expected 16 lowercase hex characters, or null for a root span")
-    elif parent == span_id:
-        raise FieldError("parent_span_id", "a span cannot be its own parent")
+class EventIn(msgspec.Struct):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_CHARS)]
+    time: Time
+    attributes: dict[str, Any] | None = None
 
-    name = _string(obj.get("name"), "name", max_chars=MAX_NAME_CHARS, required=True)
-    phase = obj.get("phase") or "other"
-    if phase not in PHASES:
-        raise FieldError("phase", f"expected one of {', '.join(PHASES)}, got {str(phase)[:40]!r}")
-    status = obj.get("status") or "ok"
-    if status not in STATUSES:
-        raise FieldError("status", f"expected ok or error, got {str(status)[:40]!r}")
 
-    start_ns = parse_time_ns(obj.get("start_time"), "start_time")
-    if obj.get("end_time") is not None:
-        end_ns = parse_time_ns(obj["end_time"], "end_time")
+class SpanIn(msgspec.Struct):
+    trace_id: Hex32
+    span_id: Hex16
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
+    start_time: Time
+    parent_span_id: str | None = None
+    end_time: Time | None = None
+    duration_ms: NonNegative | None = None
+    phase: Phase | None = None
+    service: Label | None = None
+    model: Label | None = None
+    status: Literal["ok", "error"] | None = None
+    status_message: str | None = None
+    ttft_ms: NonNegative | None = None
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+    cost_usd: NonNegative | None = None
+    attributes: dict[str, Any] | None = None
+    resource_attributes: dict[str, Any] | None = None
+    resource: dict[str, Any] | None = None
+    events: list[EventIn] | None = None
+
+
+class BatchIn(msgspec.Struct):
+    """The envelope: each item is kept raw and decoded on its own, for per-item errors."""
+
+    spans: list[msgspec.Raw]
+
+
+class ProcessIn(msgspec.Struct):
+    pid: Count
+    gpu_memory: Bytes
+    name: Label = ""
+
+
+class ResourceSampleIn(msgspec.Struct):
+    host: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_CHARS)]
+    time: Time
+    gpu_index: Annotated[int, msgspec.Meta(ge=-1, le=1024)] = -1
+    gpu_uuid: Label = ""
+    gpu_name: Label = ""
+    gpu_utilization: Percent | None = None
+    gpu_memory_used: Bytes | None = None
+    gpu_memory_total: Bytes | None = None
+    gpu_temperature: Annotated[float, msgspec.Meta(ge=-100, le=300)] | None = None
+    gpu_power_watts: Annotated[float, msgspec.Meta(ge=0, le=100_000)] | None = None
+    cpu_percent: Percent | None = None
+    memory_used: Bytes | None = None
+    memory_total: Bytes | None = None
+    processes: Annotated[list[ProcessIn], msgspec.Meta(max_length=1024)] | None = None
+
+
+class SamplesIn(msgspec.Struct):
+    samples: list[msgspec.Raw]
+
+
+_span_decoder = msgspec.json.Decoder(SpanIn)
+_sample_decoder = msgspec.json.Decoder(ResourceSampleIn)
+_PATH = re.compile(r" - at `\$\.?(.*)`$")
+_MISSING = re.compile(r"^Object missing required field `([^`]*)`$")
+
+
+def _decode_item(decoder, raw, *, kind: str):
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = _PATH.search(text)
+        path = match.group(1) if match else ""
+        message = text[: match.start()] if match else text
+        missing = _MISSING.match(message)
+        if missing:  # "Object missing required field `x`": the field at fault is x
+            path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        raise FieldError(path or kind, message) from None
+    except RecursionError:
+        raise FieldError(kind, "nested too deeply") from None
+    except msgspec.DecodeError as exc:  # only reachable for hand-built Raw values
+        raise FieldError(kind, str(exc)) from None
+
+
+class EnvelopeError(Exception):
+    def __init__(self, code: str, message: str):
+        self.code = code
+        self.message = message
+        super().__init__(message)
+
+
+def decode_envelope(body: bytes, envelope, *, name: str) -> list:
+    """The list of raw items of a batch, or EnvelopeError naming what is wrong with the envelope."""
+    try:
+        return getattr(msgspec.json.decode(body, type=envelope), name)
+    except RecursionError:
+        raise EnvelopeError("invalid_json", "JSON is nested too deeply") from None
+    except msgspec.ValidationError as exc:
+        raise EnvelopeError("invalid_payload", f'expected a JSON object like {{"{name}": [...]}}: {exc}') from None
+    except msgspec.DecodeError as exc:
+        raise EnvelopeError("invalid_json", f"body is not valid JSON: {exc}") from None
+
+
+def parse_span(raw, *, project_id: int, limits: Limits) -> dict:
+    """One native JSON span (raw JSON bytes) -> a row of ``store.schema.SPANS`` (raises FieldError)."""
+    span = _decode_item(_span_decoder, raw, kind="span")
+    parent = span.parent_span_id or ""
+    if parent:
+        if not _HEX16.match(parent):
+            raise FieldError("parent_span_id", "expected 16 lowercase hex characters, or null for a root span")
+        if parent == span.span_id:
+            raise FieldError("parent_span_id", "a span cannot be its own parent")
+    if span.trace_id == "0" * 32:
+        raise FieldError("trace_id", "must not be all zero")
+    if span.span_id == "0" * 16:
+        raise FieldError("span_id", "must not be all zero")
+    if not span.name.strip():
+        raise FieldError("name", "must not be empty")
+
+    start_ns = parse_time_ns(span.start_time, "start_time")
+    if span.end_time is not None:
+        end_ns = parse_time_ns(span.end_time, "end_time")
         if end_ns < start_ns:
             raise FieldError("end_time", "is before start_time")
         duration_ns = end_ns - start_ns
-    elif obj.get("duration_ms") is not None:
-        duration_ns = round(_non_negative(obj["duration_ms"], "duration_ms") * 1_000_000)
+    elif span.duration_ms is not None:
+        duration_ns = round(span.duration_ms * 1_000_000)
     else:
         raise FieldError("end_time", "either end_time or duration_ms is required")
     if duration_ns > MAX_DURATION_NS:
         raise FieldError("duration_ms", "longer than 7 days")
+    message = span.status_message or ""
+    if len(message) > limits.max_value_bytes:
+        raise FieldError("status_message", f"longer than {limits.max_value_bytes} characters")
 
-    ttft_ms = _non_negative(obj.get("ttft_ms"), "ttft_ms")
-    cost = _non_negative(obj.get("cost_usd"), "cost_usd")
-    times, names, event_attrs = _events(obj.get("events"), "events", limits)
-    resource = obj.get("resource_attributes", obj.get("resource"))
+    event_times, event_names, event_attributes = [], [], []
+    if span.events:
+        if len(span.events) > limits.max_events:
+            raise FieldError("events", f"more than {limits.max_events} events")
+        for i, event in enumerate(span.events):
+            event_times.append(parse_time_ns(event.time, f"events[{i}].time"))
+            event_names.append(event.name)
+            event_attributes.append(flatten_attributes(event.attributes, f"events[{i}].attributes", limits))
+    resource = span.resource_attributes if span.resource_attributes is not None else span.resource
     return {
         "project_id": project_id,
-        "trace_id": trace_id,
-        "span_id": span_id,
+        "trace_id": span.trace_id,
+        "span_id": span.span_id,
         "parent_span_id": parent,
-        "name": name,
-        "phase": phase,
-        "service": _string(obj.get("service"), "service", max_chars=MAX_LABEL_CHARS, default="unknown") or "unknown",
-        "model": _string(obj.get("model"), "model", max_chars=MAX_LABEL_CHARS),
+        "name": span.name,
+        "phase": span.phase or "other",
+        "service": span.service or "unknown",
+        "model": span.model or "",
         "start_time": start_ns,
         "duration_ns": duration_ns,
-        "status": status,
-        "status_message": _string(obj.get("status_message"), "status_message", max_chars=limits.max_value_bytes),
-        "ttft_ns": None if ttft_ms is None else round(ttft_ms * 1_000_000),
-        "input_tokens": _non_negative(obj.get("input_tokens"), "input_tokens", integer=True, maximum=MAX_UINT32) or 0,
-        "output_tokens": _non_negative(obj.get("output_tokens"), "output_tokens", integer=True, maximum=MAX_UINT32) or 0,
-        "cost_usd": None if cost is None else float(cost),
-        "attributes": flatten_attributes(obj.get("attributes"), "attributes", limits),
+        "status": span.status or "ok",
+        "status_message": message,
+        "ttft_ns": None if span.ttft_ms is None else round(span.ttft_ms * 1_000_000),
+        "input_tokens": span.input_tokens or 0,
+        "output_tokens": span.output_tokens or 0,
+        "cost_usd": None if span.cost_usd is None else float(span.cost_usd),
+        "attributes": flatten_attributes(span.attributes, "attributes", limits),
         "resource_attributes": flatten_attributes(resource, "resource_attributes", limits),
-        "event_times": times,
-        "event_names": names,
-        "event_attributes": event_attrs,
+        "event_times": event_times,
+        "event_names": event_names,
+        "event_attributes": event_attributes,
+    }
+
+
+def parse_resource_sample(raw, *, project_id: int) -> dict:
+    """One native JSON resource sample -> a row of ``store.schema.RESOURCE_SAMPLES``."""
+    sample = _decode_item(_sample_decoder, raw, kind="sample")
+    if (sample.gpu_memory_used is not None and sample.gpu_memory_total is not None
+            and sample.gpu_memory_used > sample.gpu_memory_total):
+        raise FieldError("gpu_memory_used", "exceeds gpu_memory_total")
+    if sample.memory_used is not None and sample.memory_total is not None and sample.memory_used > sample.memory_total:
+        raise FieldError("memory_used", "exceeds memory_total")
+    processes = sample.processes or []
+    return {
+        "project_id": project_id,
+        "time": parse_time_ns(sample.time, "time"),
+        "host": sample.host,
+        "gpu_index": sample.gpu_index,
+        "gpu_uuid": sample.gpu_uuid,
+        "gpu_name": sample.gpu_name,
+        "gpu_utilization": sample.gpu_utilization,
+        "gpu_memory_used": sample.gpu_memory_used,
+        "gpu_memory_total": sample.gpu_memory_total,
+        "gpu_temperature": sample.gpu_temperature,
+        "gpu_power_watts": sample.gpu_power_watts,
+        "cpu_percent": sample.cpu_percent,
+        "memory_used": sample.memory_used,
+        "memory_total": sample.memory_total,
+        "process_pids": [p.pid for p in processes],
+        "process_names": [p.name for p in processes],
+        "process_gpu_memory": [p.gpu_memory for p in processes],
     }

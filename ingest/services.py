@@ -1,4 +1,4 @@
-"""Writes of ingested data into the store, and the live event that follows them."""
+"""Writes of ingested data, and the live event that follows them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from store import get_store
+from .writer import Outcome, get_writer
 
 log = logging.getLogger("tracedash.ingest")
 
@@ -16,21 +16,28 @@ def traces_group(project_id: int) -> str:
     return f"project-{int(project_id)}-traces"
 
 
-def spans_ingest(*, project_id: int, rows: list[dict]) -> int:
-    """Store validated span rows of one project; then tell open dashboards which traces grew."""
-    if not rows:
-        return 0
-    get_store().insert("spans", rows, tag="ingest.services.spans_ingest")
+def _event(rows: list[dict]) -> dict:
     trace_ids = sorted({row["trace_id"] for row in rows})
-    _notify(traces_group(project_id), {"type": "traces.ingested", "spans": len(rows), "trace_ids": trace_ids[:100]})
-    return len(rows)
+    return {"type": "traces.ingested", "spans": len(rows), "trace_ids": trace_ids[:100]}
 
 
-def _notify(group: str, event: dict) -> None:
-    # The data is already stored: a live-update failure must not turn into an API error.
+def spans_ingest(*, project_id: int, rows: list[dict]) -> Outcome | None:
+    """Store validated span rows of one project (synchronous callers), then announce them."""
+    if not rows:
+        return None
+    outcome = get_writer().write("spans", rows)
+    async_to_sync(traces_notify_async)(project_id=project_id, rows=rows)
+    return outcome
+
+
+async def traces_notify_async(*, project_id: int, rows: list[dict]) -> None:
+    """Tell open dashboards which traces grew. The data is already stored: a live-update failure
+    is logged and never turns into an API error."""
+    if not rows:
+        return
     try:
         layer = get_channel_layer()
         if layer is not None:
-            async_to_sync(layer.group_send)(group, event)
+            await layer.group_send(traces_group(project_id), _event(rows))
     except Exception:  # noqa: BLE001 - logged, never swallowed silently
-        log.exception("live update to %s failed", group)
+        log.exception("live update for project %s failed", project_id)

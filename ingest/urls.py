@@ -3,4 +3,9 @@ from django.urls import path
 from . import views
 
 app_name = "ingest"
-urlpatterns = [path("api/v1/traces", views.traces_ingest, name="traces")]
+urlpatterns = [
+    path("api/v1/traces", views.traces_ingest, name="traces"),
+    path("api/v1/resources", views.resources_ingest, name="resources"),
+    path("v1/traces", views.otlp_traces, name="otlp-traces"),
+    path("v1/metrics", views.otlp_metrics, name="otlp-metrics"),
+]

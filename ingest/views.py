@@ -1,19 +1,36 @@
-"""Native ingestion API: ``POST /api/v1/traces``."""
+"""Ingestion endpoints: native JSON (``/api/v1/traces``, ``/api/v1/resources``) and OTLP/HTTP
+(``/v1/traces``, ``/v1/metrics``).
+
+Views are async so that requests waiting for the group commit do not hold a thread: parsing runs
+on the event loop, the write is awaited (``ingest.writer``), and only the key lookup goes to a
+thread (Django's ORM is synchronous).
+"""
 
 from __future__ import annotations
 
-import json
+import logging
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from store import StoreError, StoreUnavailable
+from store import StoreError
 
+from . import otlp
 from .auth import authenticate_request
 from .http import ApiError, read_body
-from .schemas import FieldError, Limits, parse_span
-from .services import spans_ingest
+from .ratelimit import limiter, retry_after_header
+from .schemas import (BatchIn, EnvelopeError, FieldError, Limits, SamplesIn, decode_envelope, parse_resource_sample,
+                      parse_span)
+from .services import traces_notify_async
+from .spool import SpoolFull
+from .writer import Overloaded, get_writer
+
+log = logging.getLogger("tracedash.ingest")
+
+JSON = "application/json"
+PROTOBUF = "application/x-protobuf"
 
 
 def _limits() -> Limits:
@@ -24,56 +41,134 @@ def _limits() -> Limits:
     )
 
 
-def _json_payload(request) -> dict:
+async def _begin(request, content_types: tuple[str, ...]):
+    """Method, key and body checks shared by every endpoint: (key, content type, body)."""
+    if request.method != "POST":
+        raise ApiError(405, "method_not_allowed", "use POST", headers={"Allow": "POST"})
+    key = await sync_to_async(authenticate_request)(request)
     content_type = request.content_type or ""
-    if content_type != "application/json":
-        raise ApiError(415, "unsupported_media_type", f"expected Content-Type application/json, got {content_type or 'none'!r}")
+    if content_type not in content_types:
+        raise ApiError(415, "unsupported_media_type",
+                       f"expected Content-Type {' or '.join(content_types)}, got {content_type or 'none'!r}")
     body = read_body(request, max_bytes=settings.TRACEDASH_INGEST_MAX_BODY_BYTES)
+    if content_type == JSON:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ApiError(400, "invalid_utf8", f"body is not valid UTF-8 (byte {exc.start})") from None
+    return key, content_type, body
+
+
+def _admit(key, count: int, noun: str) -> None:
+    """Count and rate limits for a batch of ``count`` items."""
+    if count > settings.TRACEDASH_INGEST_MAX_SPANS:
+        raise ApiError(413, "too_many_items", f"at most {settings.TRACEDASH_INGEST_MAX_SPANS} {noun} per request, got {count}")
+    bucket = limiter()
+    if bucket is not None:
+        wait = bucket.take(key.pk, max(count, 1))
+        if wait:
+            raise ApiError(429, "rate_limited",
+                           f"this key may send {settings.TRACEDASH_INGEST_RATE_LIMIT} {noun}/s; retry later",
+                           headers={"Retry-After": retry_after_header(wait)})
+
+
+async def _write(table: str, rows: list) -> None:
+    """Rows are acknowledged once in ClickHouse or in the fsync'd spool; else a 503."""
+    if not rows:
+        return
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ApiError(400, "invalid_utf8", f"body is not valid UTF-8 (byte {exc.start})") from None
+        await get_writer().submit_async(table, rows)
+    except Overloaded as exc:
+        raise ApiError(503, "overloaded", f"the server is busy ({exc}); retry later", headers={"Retry-After": "1"}) from exc
+    except SpoolFull as exc:
+        log.error("ingest refused: %s", exc)
+        raise ApiError(503, "spool_full", "the trace store is unavailable and the local spool is full; retry later",
+                       headers={"Retry-After": "30"}) from exc
+    except (StoreError, OSError) as exc:
+        log.exception("ingest write failed")
+        raise ApiError(503, "store_unavailable", "the trace store could not accept the data; retry later",
+                       headers={"Retry-After": "5"}) from exc
+
+
+def _parse_all(items, parse) -> tuple[list, list]:
+    rows, rejected = [], []
+    for index, item in enumerate(items):
+        try:
+            rows.append(parse(item))
+        except FieldError as exc:
+            rejected.append({"index": index, "field": exc.field, "message": exc.message})
+    return rows, rejected
+
+
+async def _native(request, *, envelope, name: str, table: str, parse) -> JsonResponse:
+    key, _, body = await _begin(request, (JSON,))
     try:
-        payload = json.loads(text)
-    except RecursionError:
-        raise ApiError(400, "invalid_json", "JSON is nested too deeply") from None
-    except ValueError as exc:
-        raise ApiError(400, "invalid_json", f"body is not valid JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise ApiError(400, "invalid_payload", 'expected a JSON object like {"spans": [...]}')
-    return payload
+        items = decode_envelope(body, envelope, name=name)
+    except EnvelopeError as exc:
+        raise ApiError(400, exc.code, exc.message,
+                       details=[{"field": name, "message": "missing or not a list"}] if exc.code == "invalid_payload" else []) from None
+    _admit(key, len(items), name)
+    rows, rejected = _parse_all(items, lambda item: parse(item, key.project_id))
+    if rejected and not rows:
+        raise ApiError(400, f"invalid_{name}", f"all {len(rejected)} {name} were rejected", details=rejected)
+    await _write(table, rows)
+    if table == "spans":
+        await traces_notify_async(project_id=key.project_id, rows=rows)
+    return JsonResponse({"accepted": len(rows), "rejected": rejected})
 
 
 @csrf_exempt
-def traces_ingest(request):
+async def traces_ingest(request):
+    limits = _limits()
     try:
-        if request.method != "POST":
-            raise ApiError(405, "method_not_allowed", "use POST", headers={"Allow": "POST"})
-        key = authenticate_request(request)
-        payload = _json_payload(request)
-        spans = payload.get("spans")
-        if not isinstance(spans, list):
-            raise ApiError(400, "invalid_payload", '"spans" must be a list of span objects',
-                           details=[{"field": "spans", "message": "missing or not a list"}])
-        if len(spans) > settings.TRACEDASH_INGEST_MAX_SPANS:
-            raise ApiError(413, "too_many_spans", f"at most {settings.TRACEDASH_INGEST_MAX_SPANS} spans per request, got {len(spans)}")
-        limits = _limits()
-        rows, rejected = [], []
-        for index, span in enumerate(spans):
-            try:
-                rows.append(parse_span(span, project_id=key.project_id, limits=limits))
-            except FieldError as exc:
-                rejected.append({"index": index, "field": exc.field, "message": exc.message})
-        if rejected and not rows:
-            raise ApiError(400, "invalid_spans", f"all {len(rejected)} span(s) were rejected", details=rejected)
+        return await _native(request, envelope=BatchIn, name="spans", table="spans",
+                             parse=lambda raw, project_id: parse_span(raw, project_id=project_id, limits=limits))
+    except ApiError as exc:
+        return exc.response()
+
+
+@csrf_exempt
+async def resources_ingest(request):
+    try:
+        return await _native(request, envelope=SamplesIn, name="samples", table="resource_samples",
+                             parse=lambda raw, project_id: parse_resource_sample(raw, project_id=project_id))
+    except ApiError as exc:
+        return exc.response()
+
+
+# --- OTLP/HTTP --------------------------------------------------------------------------------
+def _otlp_response(content_type: str, message) -> HttpResponse:
+    return HttpResponse(otlp.encode_response(message, content_type), content_type=content_type)
+
+
+@csrf_exempt
+async def otlp_traces(request):
+    try:
+        key, content_type, body = await _begin(request, (PROTOBUF, JSON))
         try:
-            accepted = spans_ingest(project_id=key.project_id, rows=rows)
-        except StoreUnavailable as exc:
-            raise ApiError(503, "store_unavailable", "the trace store is unavailable; retry later",
-                           headers={"Retry-After": "5"}) from exc
-        except StoreError as exc:
-            raise ApiError(503, "store_error", "the trace store could not accept the spans; retry later",
-                           headers={"Retry-After": "5"}) from exc
-        return JsonResponse({"accepted": accepted, "rejected": rejected})
+            spans = otlp.decode_traces(body, content_type)
+        except otlp.OtlpDecodeError as exc:
+            raise ApiError(400, "invalid_otlp", str(exc)) from None
+        _admit(key, len(spans), "spans")
+        rows, rejected = _parse_all(spans, lambda span: otlp.span_row(span, project_id=key.project_id, limits=_limits()))
+        await _write("spans", rows)
+        await traces_notify_async(project_id=key.project_id, rows=rows)
+        return _otlp_response(content_type, otlp.trace_response(rejected))
+    except ApiError as exc:
+        return exc.response()
+
+
+@csrf_exempt
+async def otlp_metrics(request):
+    try:
+        key, content_type, body = await _begin(request, (PROTOBUF, JSON))
+        try:
+            points = otlp.decode_metrics(body, content_type)
+        except otlp.OtlpDecodeError as exc:
+            raise ApiError(400, "invalid_otlp", str(exc)) from None
+        _admit(key, len(points), "data points")
+        rows, rejected = otlp.resource_rows(points, project_id=key.project_id)
+        await _write("resource_samples", rows)
+        return _otlp_response(content_type, otlp.metrics_response(rejected))
     except ApiError as exc:
         return exc.response()

@@ -112,11 +112,6 @@ def _convert_rows(rows, types: list[str], *, from_text: bool) -> list[tuple]:
     return out
 
 
-def _ns_to_text(ns: int) -> str:
-    seconds, frac = divmod(int(ns), 1_000_000_000)
-    return f"{seconds}.{frac:09d}"
-
-
 # --------------------------------------------------------------------------------------------
 class EmbeddedBackend:
     """chdb: ClickHouse in-process, data under ``path``."""
@@ -193,17 +188,16 @@ class EmbeddedBackend:
     def command(self, sql: str, params: dict | None, tag: str) -> None:
         self._run(sql, params, "CSV", tag)
 
-    def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str) -> None:
-        encoders = [_text_encoder(t) for t in types]
-        lines = []
-        for row in rows:
-            record = {}
-            for name, encode in zip(columns, encoders):
-                value = row[name]
-                record[name] = encode(value) if encode is not None and value is not None else value
-            lines.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+    def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str,
+               dedup_token: str | None = None) -> None:
+        # Rows travel as an Arrow table that chdb reads in place (Python() table function): about
+        # four times cheaper than JSONEachRow text on both the Python and the ClickHouse side.
+        arrow_rows = _arrow_table(columns, types, rows)  # noqa: F841 - chdb finds it by name
         column_list = ", ".join(f"`{c}`" for c in columns)
-        self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}) FORMAT JSONEachRow\n" + "\n".join(lines), None, tag)
+        # The token is checked by Store.insert (letters, digits, - and _), so it is safe as text.
+        settings = f" SETTINGS insert_deduplication_token = '{dedup_token}'" if dedup_token else ""
+        self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}){settings} SELECT * FROM Python(arrow_rows)",
+                     None, tag)
 
     def close(self) -> None:
         self._local = threading.local()
@@ -230,13 +224,68 @@ def _lock_holder(path: Path) -> str | None:
         return None
 
 
-def _text_encoder(ch_type: str):
-    if _datetime_scale(ch_type) is not None:
-        return _ns_to_text
-    inner = _array_inner(ch_type)
-    if inner is not None and _datetime_scale(inner) is not None:
-        return lambda values: [_ns_to_text(v) for v in values]
-    return None
+_ARROW_SCALARS = {
+    "UInt8": "uint8", "UInt16": "uint16", "UInt32": "uint32", "UInt64": "uint64",
+    "Int8": "int8", "Int16": "int16", "Int32": "int32", "Int64": "int64",
+    "Float32": "float32", "Float64": "float64", "Bool": "bool_", "String": "string",
+}
+
+
+def _arrow_array(ch_type: str, values: list):
+    """An Arrow array for ``values`` of ClickHouse type ``ch_type`` (datetimes as integer ns)."""
+    import pyarrow as pa
+
+    base = _unwrap(ch_type)
+    if _datetime_scale(base) is not None:
+        return pa.array(values, type=pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
+    if base.startswith("FixedString("):
+        return pa.array(values, type=pa.string())
+    if base.startswith("Array("):
+        offsets, flat = [0], []
+        for value in values:
+            flat.extend(value)
+            offsets.append(len(flat))
+        return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), _arrow_array(base[6:-1], flat))
+    if base.startswith("Map("):
+        key_type, value_type = _split_type_args(base[4:-1])
+        offsets, keys, items = [0], [], []
+        for mapping in values:
+            keys.extend(mapping.keys())
+            items.extend(mapping.values())
+            offsets.append(len(keys))
+        return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), _arrow_array(key_type, keys),
+                                       _arrow_array(value_type, items))
+    scalar = _ARROW_SCALARS.get(base)
+    if scalar is None:
+        raise StoreError(f"no Arrow mapping for ClickHouse type {ch_type}")
+    return pa.array(values, type=getattr(pa, scalar)())
+
+
+def _split_type_args(args: str) -> list[str]:
+    depth, start, parts = 0, 0, []
+    for i, char in enumerate(args):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(args[start:i].strip())
+            start = i + 1
+    parts.append(args[start:].strip())
+    return parts
+
+
+def _arrow_table(columns: Sequence[str], types: Sequence[str], rows: Sequence[dict]):
+    import pyarrow as pa
+
+    arrays = []
+    for name, ch_type in zip(columns, types):
+        values = [row[name] for row in rows]
+        try:
+            arrays.append(_arrow_array(ch_type, values))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise StoreError(f"values for column {name} ({ch_type}) do not fit: {exc}") from exc
+    return pa.Table.from_arrays(arrays, names=list(columns))
 
 
 def _error_code(text: str) -> int | None:
@@ -294,10 +343,10 @@ class NativeBackend:
             client = self._local.client = self._new_client(self.database)
         return client
 
-    def _execute(self, client, sql, params, tag, **kwargs):
+    def _execute(self, client, sql, params, tag, extra_settings=None, **kwargs):
         from clickhouse_driver import errors as ch_errors
 
-        settings = {"log_comment": tag}
+        settings = {"log_comment": tag, **(extra_settings or {})}
         try:
             return client.execute(sql, params, settings=settings, **kwargs)
         except (ch_errors.NetworkError, ch_errors.SocketTimeoutError, EOFError, OSError) as exc:
@@ -322,7 +371,8 @@ class NativeBackend:
     def command(self, sql: str, params: dict | None, tag: str) -> None:
         self._call(sql, params or None, tag)
 
-    def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str) -> None:
+    def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str,
+               dedup_token: str | None = None) -> None:
         data = []
         for name, ch_type in zip(columns, types):
             values = [row[name] for row in rows]
@@ -337,7 +387,8 @@ class NativeBackend:
             data.append(values)
         column_list = ", ".join(f"`{c}`" for c in columns)
         sql = f"{tag_comment(tag)}INSERT INTO {table} ({column_list}) VALUES"
-        self._execute(self._client(), sql, data, tag, columnar=True, types_check=False)
+        settings = {"insert_deduplication_token": dedup_token} if dedup_token else None
+        self._execute(self._client(), sql, data, tag, columnar=True, types_check=False, extra_settings=settings)
 
     def close(self) -> None:
         client = getattr(self._local, "client", None)

@@ -9,6 +9,7 @@ names the code that runs it (``tag``); the tag is written as a leading comment i
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import Mapping, Sequence
@@ -20,6 +21,7 @@ from .schema import TABLES
 log = logging.getLogger("tracedash.store")
 
 SLOW_QUERY_SECONDS = 1.0
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 class Store:
@@ -50,9 +52,12 @@ class Store:
         self.backend.command(tag_comment(tag) + sql, dict(params) if params else None, tag)
         _log_slow(tag, started)
 
-    def insert(self, table: str, rows: Sequence[Mapping], *, tag: str) -> int:
+    def insert(self, table: str, rows: Sequence[Mapping], *, tag: str, dedup_token: str | None = None) -> int:
         """Insert many rows in one statement. ``rows`` are mappings holding every insert column of
-        the table; DateTime64 values are integer nanoseconds since the epoch."""
+        the table; DateTime64 values are integer nanoseconds since the epoch. A ``dedup_token``
+        (letters, digits, - and _) makes ClickHouse store a re-sent batch once."""
+        if dedup_token is not None and not _TOKEN.match(dedup_token):
+            raise StoreError(f"bad dedup token {dedup_token!r}", tag=tag)
         if not rows:
             return 0
         spec = TABLES.get(table)
@@ -61,7 +66,7 @@ class Store:
         columns = spec.insert_columns
         started = time.perf_counter()
         try:
-            self.backend.insert(table, [c.name for c in columns], [c.type for c in columns], rows, tag)
+            self.backend.insert(table, [c.name for c in columns], [c.type for c in columns], rows, tag, dedup_token)
         except KeyError as exc:
             raise StoreError(f"row for {table} lacks column {exc.args[0]!r}", tag=tag) from exc
         _log_slow(tag, started)

@@ -73,6 +73,9 @@ def replicated_engine(engine: str, table: str) -> str:
     return f"Replicated{name}({path}{', ' + args if args else ''})"
 
 
+# Inserts carrying the same insert_deduplication_token within the last N blocks are stored once:
+# a spool segment replayed after ClickHouse had already taken it adds nothing.
+DEDUP_WINDOW = "non_replicated_deduplication_window = 10000"
 DATETIME_NS = "DateTime64(9, 'UTC')"
 DATETIME_MS = "DateTime64(3, 'UTC')"
 
@@ -111,7 +114,7 @@ SPANS = Table(
         "idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1",
         "idx_duration duration_ns TYPE minmax GRANULARITY 4",
     ),
-    settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+    settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
 )
 
 RESOURCE_SAMPLES = Table(
@@ -139,7 +142,7 @@ RESOURCE_SAMPLES = Table(
     partition_by="toDate(time)",
     order_by="(project_id, host, gpu_index, time)",
     ttl="toDateTime(time) + toIntervalDay({retention_days})",
-    settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+    settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
 )
 
 TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES)}

@@ -111,7 +111,8 @@ def test_a_fully_rejected_batch_is_400_and_stores_nothing(client, project_with_k
         ("KEY", "[]", {}, 400, "invalid_payload"),
         ("KEY", {"spans": {"a": 1}}, {}, 400, "invalid_payload"),
         ("KEY", {"spans": []}, {"content_type": "text/plain"}, 415, "unsupported_media_type"),
-        ("KEY", "[" * 100000 + "]" * 100000, {}, 400, "invalid_json"),
+        ("KEY", "[" * 100000 + "]" * 100000, {}, 400, "invalid_payload"),
+        ("KEY", '{"spans": [' + "[" * 100000 + "]" * 100000 + "]}", {}, 400, "invalid_json"),
     ],
 )
 def test_bad_requests_get_json_errors_naming_the_problem(client, project_with_key, key, body, extra, status, code):

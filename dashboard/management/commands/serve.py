@@ -50,6 +50,13 @@ class Command(BaseCommand):
         if embedded:
             self._ensure_local_admin(host, port)
 
+        writer = None
+        if workers == 1:
+            from ingest.writer import get_writer
+
+            writer = get_writer()  # replays at once whatever a previous run left in the spool
+            if writer.spool.pending():
+                self.stdout.write(f"tracedash: replaying {writer.spool.pending()} spooled batch(es) into ClickHouse")
         beat = None
         if settings.ENV.embedded_beat and settings.CELERY_BEAT_SCHEDULE:
             from config.celery import app
@@ -69,6 +76,10 @@ class Command(BaseCommand):
         finally:
             if beat is not None:
                 beat.stop()
+            if writer is not None:
+                from ingest.writer import stop_writer
+
+                stop_writer()  # writes what is queued (or spools it) before the store closes
             store.close()
             self.stdout.write("tracedash: stopped.")
 

@@ -1,0 +1,516 @@
+"""OTLP/HTTP: decode ``ExportTraceServiceRequest`` / ``ExportMetricsServiceRequest`` (protobuf or
+OTLP's JSON mapping) and map them onto tracedash's rows.
+
+Both encodings are first turned into the same plain form (``OtlpSpan``, ``OtlpPoint``), so the
+mapping rules exist once. The rules (documented in docs/otlp.md):
+
+- service: resource ``service.name`` (``unknown`` when absent).
+- phase: ``tracedash.phase`` when it names a phase; else a model call (``gen_ai.operation.name`` of
+  chat/text_completion/generate_content/embeddings, or any ``gen_ai.request.model``, or
+  OpenInference kind LLM/EMBEDDING) is ``inference``; OpenInference RETRIEVER/RERANKER are
+  ``preprocess``, GUARDRAIL/EVALUATOR ``postprocess``; a CLIENT span with HTTP/RPC attributes and no
+  ``gen_ai.*`` is ``network``; everything else ``other``.
+- model: ``gen_ai.response.model``, ``gen_ai.request.model``, ``llm.model_name``, ``embedding.model_name``.
+- tokens: ``gen_ai.usage.input_tokens``/``output_tokens`` (also the older ``prompt_tokens``/
+  ``completion_tokens``), ``llm.token_count.prompt``/``completion``.
+- TTFT: ``gen_ai.response.time_to_first_chunk`` (seconds), else a ``first_token`` event's offset.
+- cost: ``gen_ai.usage.cost``, ``llm.cost.total`` (USD).
+- status: OTLP ``STATUS_CODE_ERROR`` is ``error`` with the status message.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (ExportMetricsServiceRequest,
+                                                                          ExportMetricsServiceResponse)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,
+                                                                      ExportTraceServiceResponse)
+
+from .schemas import MAX_DURATION_NS, MAX_NAME_CHARS, PHASES, FieldError, Limits, flatten_attributes, parse_time_ns
+
+PROTOBUF = "application/x-protobuf"
+SPAN_KIND_CLIENT = 3
+STATUS_CODE_ERROR = 2
+MODEL_OPERATIONS = {"chat", "text_completion", "generate_content", "embeddings", "completion"}
+OPENINFERENCE_PHASES = {"LLM": "inference", "EMBEDDING": "inference", "RETRIEVER": "preprocess",
+                        "RERANKER": "preprocess", "GUARDRAIL": "postprocess", "EVALUATOR": "postprocess"}
+NETWORK_KEYS = ("http.request.method", "http.method", "url.full", "http.url", "rpc.system", "server.address",
+                "net.peer.name")
+_HEX = re.compile(r"^[0-9a-fA-F]*$")
+
+
+class OtlpDecodeError(Exception):
+    pass
+
+
+@dataclass
+class OtlpSpan:
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    name: str
+    kind: int
+    start_ns: int
+    end_ns: int
+    attributes: dict
+    events: list  # (name, time_ns, attributes)
+    status_code: int
+    status_message: str
+    resource: dict
+    scope_name: str = ""
+    scope_version: str = ""
+
+
+@dataclass
+class OtlpPoint:
+    metric: str
+    unit: str
+    value: float
+    time_ns: int
+    attributes: dict
+    resource: dict = field(default_factory=dict)
+
+
+# --- AnyValue -> Python ----------------------------------------------------------------------
+def _proto_value(value):
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_proto_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _proto_value(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    return getattr(value, kind)
+
+
+def _proto_attributes(key_values) -> dict:
+    return {kv.key: _proto_value(kv.value) for kv in key_values}
+
+
+def _json_value(value):
+    if not isinstance(value, dict) or not value:
+        return None
+    (kind, inner), = list(value.items())[:1]
+    if kind == "stringValue":
+        return inner
+    if kind == "boolValue":
+        return bool(inner)
+    if kind == "intValue":
+        return int(inner)
+    if kind == "doubleValue":
+        return float(inner)
+    if kind == "arrayValue":
+        return [_json_value(v) for v in (inner or {}).get("values", [])]
+    if kind == "kvlistValue":
+        return _json_attributes((inner or {}).get("values", []))
+    if kind == "bytesValue":
+        return inner
+    return None
+
+
+def _json_attributes(items) -> dict:
+    if not isinstance(items, list):
+        raise OtlpDecodeError("attributes must be a list of {key, value}")
+    out = {}
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+            raise OtlpDecodeError("an attribute has no string key")
+        out[item["key"]] = _json_value(item.get("value"))
+    return out
+
+
+def _json_int(value, what: str) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        raise OtlpDecodeError(f"{what} is not an integer: {str(value)[:40]!r}") from None
+
+
+def _json_object(body: bytes) -> dict:
+    try:
+        payload = json.loads(body)
+    except RecursionError:
+        raise OtlpDecodeError("JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise OtlpDecodeError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise OtlpDecodeError("expected a JSON object")
+    return payload
+
+
+def _list(container: dict, key: str) -> list:
+    value = container.get(key, [])
+    if not isinstance(value, list):
+        raise OtlpDecodeError(f"{key} must be a list")
+    return value
+
+
+# --- traces ----------------------------------------------------------------------------------
+def decode_traces(body: bytes, content_type: str) -> list[OtlpSpan]:
+    try:
+        if content_type == PROTOBUF:
+            return _traces_from_proto(body)
+        return _traces_from_json(body)
+    except RecursionError:
+        raise OtlpDecodeError("payload is nested too deeply") from None
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise OtlpDecodeError(f"malformed OTLP trace request: {exc}") from None
+
+
+def _traces_from_proto(body: bytes) -> list[OtlpSpan]:
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except ProtobufDecodeError as exc:
+        raise OtlpDecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from None
+    spans = []
+    for resource_spans in request.resource_spans:
+        resource = _proto_attributes(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope
+            for span in scope_spans.spans:
+                spans.append(OtlpSpan(
+                    trace_id=span.trace_id.hex(), span_id=span.span_id.hex(), parent_span_id=span.parent_span_id.hex(),
+                    name=span.name, kind=span.kind, start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano,
+                    attributes=_proto_attributes(span.attributes),
+                    events=[(e.name, e.time_unix_nano, _proto_attributes(e.attributes)) for e in span.events],
+                    status_code=span.status.code, status_message=span.status.message, resource=resource,
+                    scope_name=scope.name, scope_version=scope.version,
+                ))
+    return spans
+
+
+def _traces_from_json(body: bytes) -> list[OtlpSpan]:
+    payload = _json_object(body)
+    spans = []
+    for resource_spans in _list(payload, "resourceSpans"):
+        resource = _json_attributes((resource_spans.get("resource") or {}).get("attributes", []))
+        for scope_spans in _list(resource_spans, "scopeSpans"):
+            scope = scope_spans.get("scope") or {}
+            for span in _list(scope_spans, "spans"):
+                if not isinstance(span, dict):
+                    raise OtlpDecodeError("a span is not an object")
+                status = span.get("status") or {}
+                events = [(e.get("name", ""), _json_int(e.get("timeUnixNano"), "event timeUnixNano"),
+                           _json_attributes(e.get("attributes", []))) for e in _list(span, "events")]
+                spans.append(OtlpSpan(
+                    trace_id=str(span.get("traceId", "")), span_id=str(span.get("spanId", "")),
+                    parent_span_id=str(span.get("parentSpanId", "") or ""), name=str(span.get("name", "")),
+                    kind=_json_int(span.get("kind"), "kind"),
+                    start_ns=_json_int(span.get("startTimeUnixNano"), "startTimeUnixNano"),
+                    end_ns=_json_int(span.get("endTimeUnixNano"), "endTimeUnixNano"),
+                    attributes=_json_attributes(span.get("attributes", [])), events=events,
+                    status_code=_json_int(status.get("code"), "status code"), status_message=str(status.get("message", "")),
+                    resource=resource, scope_name=str(scope.get("name", "")), scope_version=str(scope.get("version", "")),
+                ))
+    return spans
+
+
+def _hex_id(value: str, length: int, field_name: str, *, optional: bool = False) -> str:
+    if optional and value in ("", "0" * length):
+        return ""
+    if len(value) != length or not _HEX.match(value) or value == "0" * length:
+        raise FieldError(field_name, f"expected {length} hex characters, not all zero")
+    return value.lower()
+
+
+def _number(attributes: dict, keys: tuple[str, ...], field_name: str, *, integer: bool):
+    for key in keys:
+        value = attributes.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise FieldError(f"attributes.{key}", "expected a number")
+        try:
+            number = int(value) if integer else float(value)
+        except ValueError:
+            raise FieldError(f"attributes.{key}", "expected a number") from None
+        if number < 0 or number != number:
+            raise FieldError(f"attributes.{key}", "must be a non-negative number")
+        if integer and number > 2**32 - 1:
+            raise FieldError(f"attributes.{key}", "is too large")
+        return number
+    return None
+
+
+def derive_phase(span: OtlpSpan) -> str:
+    attributes = span.attributes
+    explicit = attributes.get("tracedash.phase")
+    if explicit in PHASES:
+        return explicit
+    operation = attributes.get("gen_ai.operation.name")
+    if operation in MODEL_OPERATIONS or (operation is None and "gen_ai.request.model" in attributes):
+        return "inference"
+    kind = attributes.get("openinference.span.kind")
+    if isinstance(kind, str) and kind.upper() in OPENINFERENCE_PHASES:
+        return OPENINFERENCE_PHASES[kind.upper()]
+    if span.kind == SPAN_KIND_CLIENT and not any(k.startswith("gen_ai.") for k in attributes) \
+            and any(k in attributes for k in NETWORK_KEYS):
+        return "network"
+    return "other"
+
+
+def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
+    trace_id = _hex_id(span.trace_id, 32, "traceId")
+    span_id = _hex_id(span.span_id, 16, "spanId")
+    parent = _hex_id(span.parent_span_id, 16, "parentSpanId", optional=True)
+    if not span.name.strip():
+        raise FieldError("name", "must not be empty")
+    if len(span.name) > MAX_NAME_CHARS:
+        raise FieldError("name", f"longer than {MAX_NAME_CHARS} characters")
+    start_ns = parse_time_ns(span.start_ns, "startTimeUnixNano")
+    end_ns = parse_time_ns(span.end_ns, "endTimeUnixNano")
+    if end_ns < start_ns:
+        raise FieldError("endTimeUnixNano", "is before startTimeUnixNano")
+    if end_ns - start_ns > MAX_DURATION_NS:
+        raise FieldError("endTimeUnixNano", "span longer than 7 days")
+    attributes = span.attributes
+    model = next((attributes[k] for k in ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name",
+                                          "embedding.model_name") if isinstance(attributes.get(k), str)), "")
+    ttft_s = _number(attributes, ("gen_ai.response.time_to_first_chunk",), "ttft", integer=False)
+    ttft_ns = None if ttft_s is None else round(ttft_s * 1e9)
+    event_times, event_names, event_attributes = [], [], []
+    if len(span.events) > limits.max_events:
+        raise FieldError("events", f"more than {limits.max_events} events")
+    for i, (name, time_ns, event_attrs) in enumerate(span.events):
+        at = parse_time_ns(time_ns, f"events[{i}].timeUnixNano")
+        if ttft_ns is None and name == "first_token" and at >= start_ns:
+            ttft_ns = at - start_ns
+        event_times.append(at)
+        event_names.append(name[:256] or "event")
+        event_attributes.append(flatten_attributes(event_attrs, f"events[{i}].attributes", limits))
+    flat = flatten_attributes(attributes, "attributes", limits)
+    if span.scope_name:
+        flat["otel.scope.name"] = span.scope_name[: limits.max_value_bytes]
+        if span.scope_version:
+            flat["otel.scope.version"] = span.scope_version[:256]
+    cost = _number(attributes, ("gen_ai.usage.cost", "llm.cost.total"), "cost", integer=False)
+    service = span.resource.get("service.name")
+    return {
+        "project_id": project_id,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "parent_span_id": parent,
+        "name": span.name,
+        "phase": derive_phase(span),
+        "service": service[:256] if isinstance(service, str) and service else "unknown",
+        "model": model[:256],
+        "start_time": start_ns,
+        "duration_ns": end_ns - start_ns,
+        "status": "error" if span.status_code == STATUS_CODE_ERROR else "ok",
+        "status_message": span.status_message[: limits.max_value_bytes],
+        "ttft_ns": ttft_ns,
+        "input_tokens": _number(attributes, ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
+                                             "llm.token_count.prompt"), "input_tokens", integer=True) or 0,
+        "output_tokens": _number(attributes, ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
+                                              "llm.token_count.completion"), "output_tokens", integer=True) or 0,
+        "cost_usd": cost,
+        "attributes": flat,
+        "resource_attributes": flatten_attributes(span.resource, "resource.attributes", limits),
+        "event_times": event_times,
+        "event_names": event_names,
+        "event_attributes": event_attributes,
+    }
+
+
+def trace_response(rejected: list[dict]) -> ExportTraceServiceResponse:
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.rejected_spans = len(rejected)
+        first = rejected[:5]
+        response.partial_success.error_message = "; ".join(f"span {r['index']}: {r['field']}: {r['message']}" for r in first) + (
+            f" (and {len(rejected) - 5} more)" if len(rejected) > 5 else "")
+    return response
+
+
+# --- metrics ---------------------------------------------------------------------------------
+def decode_metrics(body: bytes, content_type: str) -> list[OtlpPoint]:
+    try:
+        if content_type == PROTOBUF:
+            return _metrics_from_proto(body)
+        return _metrics_from_json(body)
+    except RecursionError:
+        raise OtlpDecodeError("payload is nested too deeply") from None
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise OtlpDecodeError(f"malformed OTLP metrics request: {exc}") from None
+
+
+def _metrics_from_proto(body: bytes) -> list[OtlpPoint]:
+    request = ExportMetricsServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except ProtobufDecodeError as exc:
+        raise OtlpDecodeError(f"body is not a valid ExportMetricsServiceRequest: {exc}") from None
+    points = []
+    for resource_metrics in request.resource_metrics:
+        resource = _proto_attributes(resource_metrics.resource.attributes)
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                kind = metric.WhichOneof("data")
+                if kind not in ("gauge", "sum"):
+                    continue  # histograms and summaries carry no resource gauge
+                for point in getattr(metric, kind).data_points:
+                    value = point.as_double if point.WhichOneof("value") == "as_double" else point.as_int
+                    points.append(OtlpPoint(metric.name, metric.unit, float(value), point.time_unix_nano,
+                                            _proto_attributes(point.attributes), resource))
+    return points
+
+
+def _metrics_from_json(body: bytes) -> list[OtlpPoint]:
+    payload = _json_object(body)
+    points = []
+    for resource_metrics in _list(payload, "resourceMetrics"):
+        resource = _json_attributes((resource_metrics.get("resource") or {}).get("attributes", []))
+        for scope_metrics in _list(resource_metrics, "scopeMetrics"):
+            for metric in _list(scope_metrics, "metrics"):
+                data = metric.get("gauge") or metric.get("sum")
+                if not isinstance(data, dict):
+                    continue
+                for point in _list(data, "dataPoints"):
+                    raw = point.get("asDouble", point.get("asInt"))
+                    try:
+                        value = float(raw)
+                    except (TypeError, ValueError):
+                        raise OtlpDecodeError(f"data point of {metric.get('name')!r} has no number value") from None
+                    points.append(OtlpPoint(str(metric.get("name", "")), str(metric.get("unit", "")), value,
+                                            _json_int(point.get("timeUnixNano"), "timeUnixNano"),
+                                            _json_attributes(point.get("attributes", [])), resource))
+    return points
+
+
+_BYTES_PER_UNIT = {"By": 1, "B": 1, "KiBy": 2**10, "KiB": 2**10, "MiBy": 2**20, "MiB": 2**20, "MB": 10**6,
+                   "GiBy": 2**30, "GiB": 2**30, "GB": 10**9, "KB": 10**3}
+
+
+def _to_bytes(point: OtlpPoint, default_unit: str) -> int:
+    return int(point.value * _BYTES_PER_UNIT.get(point.unit or default_unit, 1))
+
+
+def _to_percent(point: OtlpPoint, ratio_by_default: bool) -> float:
+    unit = point.unit
+    if unit == "1" or (not unit and ratio_by_default):
+        return point.value * 100.0
+    return point.value
+
+
+def _gpu_index(attributes: dict) -> int | None:
+    for key in ("gpu_index", "gpu.index", "hw.gpu.index", "gpu_number"):
+        value = attributes.get(key)
+        if value is not None:
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                return None
+    hw_id = attributes.get("hw.id") or attributes.get("gpu_uuid") or attributes.get("uuid")
+    if isinstance(hw_id, str):
+        match = re.search(r"(\d+)$", hw_id)
+        if match:
+            return int(match.group(1))
+    return 0
+
+
+# metric name -> (row field, converter); converters take the point
+_GPU_METRICS = {
+    "hw.gpu.utilization": ("gpu_utilization", lambda p: _to_percent(p, True)),
+    "gpu.utilization": ("gpu_utilization", lambda p: _to_percent(p, False)),
+    "nvml.gpu.utilization": ("gpu_utilization", lambda p: _to_percent(p, True)),
+    "hw.gpu.memory.usage": ("gpu_memory_used", lambda p: _to_bytes(p, "By")),
+    "hw.gpu.memory.limit": ("gpu_memory_total", lambda p: _to_bytes(p, "By")),
+    "gpu.memory.used": ("gpu_memory_used", lambda p: _to_bytes(p, "MiB")),
+    "gpu.memory.total": ("gpu_memory_total", lambda p: _to_bytes(p, "MiB")),
+    "hw.gpu.temperature": ("gpu_temperature", lambda p: p.value),
+    "gpu.temperature": ("gpu_temperature", lambda p: p.value),
+    "hw.gpu.power": ("gpu_power_watts", lambda p: p.value),
+    "gpu.power.draw": ("gpu_power_watts", lambda p: p.value),
+}
+
+
+def resource_rows(points: list[OtlpPoint], *, project_id: int) -> tuple[list[dict], list[dict]]:
+    """Group gauge points into one ``resource_samples`` row per (host, GPU, timestamp)."""
+    rows: dict[tuple, dict] = {}
+    cpu_idle: dict[tuple, list[float]] = {}
+    memory_states: dict[tuple, dict[str, int]] = {}
+    rejected = []
+    for index, point in enumerate(points):
+        if point.value != point.value or point.value in (float("inf"), float("-inf")) or point.value < 0:
+            rejected.append({"index": index, "field": point.metric, "message": "value must be a finite, non-negative number"})
+            continue
+        try:
+            time_ns = parse_time_ns(point.time_ns, "timeUnixNano")
+        except FieldError as exc:
+            rejected.append({"index": index, "field": f"{point.metric}.timeUnixNano", "message": exc.message})
+            continue
+        host = point.resource.get("host.name") or point.attributes.get("host.name") or "unknown"
+        host = str(host)[:256]
+        attributes = point.attributes
+        name = point.metric
+        if name in _GPU_METRICS or (name in ("hw.temperature", "hw.power") and attributes.get("hw.type") == "gpu"):
+            gpu_index = _gpu_index(attributes)
+            field_name, convert = _GPU_METRICS.get(name) or (
+                ("gpu_temperature", lambda p: p.value) if name == "hw.temperature" else ("gpu_power_watts", lambda p: p.value))
+            row = _row(rows, project_id, host, gpu_index if gpu_index is not None else 0, time_ns)
+            row[field_name] = convert(point)
+            uuid = attributes.get("gpu_uuid") or attributes.get("uuid") or attributes.get("hw.id")
+            if isinstance(uuid, str):
+                row["gpu_uuid"] = uuid[:256]
+            gpu_name = attributes.get("gpu_name") or attributes.get("model") or attributes.get("hw.name")
+            if isinstance(gpu_name, str):
+                row["gpu_name"] = gpu_name[:256]
+        elif name == "system.cpu.utilization":
+            state = attributes.get("system.cpu.state", attributes.get("state", attributes.get("cpu.mode")))
+            key = (host, time_ns)
+            if state is None:
+                _row(rows, project_id, host, -1, time_ns)["cpu_percent"] = min(100.0, _to_percent(point, True))
+            elif state == "idle":
+                cpu_idle.setdefault(key, []).append(point.value)
+        elif name == "system.memory.usage":
+            state = attributes.get("system.memory.state", attributes.get("state", "used"))
+            memory_states.setdefault((host, time_ns), {})[str(state)] = _to_bytes(point, "By")
+        elif name == "system.memory.limit":
+            _row(rows, project_id, host, -1, time_ns)["memory_total"] = _to_bytes(point, "By")
+        # other metrics are not resource gauges tracedash shows: ignored, not rejected
+    for (host, time_ns), idles in cpu_idle.items():
+        busy = 1.0 - sum(idles) / len(idles)
+        _row(rows, project_id, host, -1, time_ns)["cpu_percent"] = max(0.0, min(100.0, busy * 100.0))
+    for (host, time_ns), states in memory_states.items():
+        row = _row(rows, project_id, host, -1, time_ns)
+        row["memory_used"] = states.get("used", 0)
+        row["memory_total"] = row["memory_total"] or sum(states.values())
+    return list(rows.values()), rejected
+
+
+def _row(rows: dict, project_id: int, host: str, gpu_index: int, time_ns: int) -> dict:
+    key = (host, gpu_index, time_ns)
+    row = rows.get(key)
+    if row is None:
+        row = rows[key] = {
+            "project_id": project_id, "time": time_ns, "host": host, "gpu_index": gpu_index, "gpu_uuid": "",
+            "gpu_name": "", "gpu_utilization": None, "gpu_memory_used": None, "gpu_memory_total": None,
+            "gpu_temperature": None, "gpu_power_watts": None, "cpu_percent": None, "memory_used": None,
+            "memory_total": None, "process_pids": [], "process_names": [], "process_gpu_memory": [],
+        }
+    return row
+
+
+def metrics_response(rejected: list[dict]) -> ExportMetricsServiceResponse:
+    response = ExportMetricsServiceResponse()
+    if rejected:
+        response.partial_success.rejected_data_points = len(rejected)
+        response.partial_success.error_message = "; ".join(
+            f"point {r['index']}: {r['field']}: {r['message']}" for r in rejected[:5])
+    return response
+
+
+def encode_response(message, content_type: str) -> bytes:
+    if content_type == PROTOBUF:
+        return message.SerializeToString()
+    from google.protobuf.json_format import MessageToJson
+
+    return MessageToJson(message, preserving_proto_field_name=False, indent=None).encode()

@@ -1,0 +1,216 @@
+"""Group commit: every ingest request hands its rows to one writer thread, which turns whatever
+has queued up meanwhile into one insert per table. A request is answered once its rows are in
+ClickHouse, or, when ClickHouse cannot take them, in the fsync'd spool (``ingest.spool``), which a
+replayer thread drains in order when ClickHouse is back.
+
+No artificial delay is added: while one insert runs, the next requests queue, so batches grow
+with load by themselves and a lone request is written at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from store import StoreError, get_store
+
+from .spool import Spool, SpoolFull
+
+log = logging.getLogger("tracedash.ingest.writer")
+
+
+class Outcome(str, enum.Enum):
+    STORED = "stored"  # in ClickHouse
+    SPOOLED = "spooled"  # in the local spool, replayed when ClickHouse is back
+
+
+class Overloaded(Exception):
+    """More rows are waiting for the writer than it may hold in memory: answer 503."""
+
+
+@dataclass
+class _Request:
+    table: str
+    rows: list
+    future: Future = field(default_factory=Future)
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+class IngestWriter:
+    def __init__(self, spool: Spool, *, spool_root=None, max_batch_rows: int = 50_000,
+                 max_queued_rows: int = 400_000, replay_interval: float = 0.5):
+        self.spool = spool
+        self.spool_root = spool_root
+        self.max_batch_rows = max_batch_rows
+        self.max_queued_rows = max_queued_rows
+        self.replay_interval = replay_interval
+        self._queue: deque[_Request] = deque()
+        self._queued_rows = 0
+        self._cond = threading.Condition()
+        self._replay_wakeup = threading.Event()
+        self._stopping = False
+        self.stats = {"batches": 0, "rows_stored": 0, "rows_spooled": 0, "segments_replayed": 0, "replay_failures": 0}
+        self._threads = [
+            threading.Thread(target=self._write_loop, name="tracedash-writer", daemon=True),
+            threading.Thread(target=self._replay_loop, name="tracedash-replayer", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # --- submitting --------------------------------------------------------------------------
+    def submit(self, table: str, rows: list) -> Future:
+        request = _Request(table, rows)
+        with self._cond:
+            if self._stopping:
+                raise Overloaded("the server is shutting down")
+            if self._queued_rows and self._queued_rows + len(rows) > self.max_queued_rows:
+                raise Overloaded(f"{self._queued_rows} rows are already waiting to be written")
+            self._queue.append(request)
+            self._queued_rows += len(rows)
+            self._cond.notify()
+        return request.future
+
+    async def submit_async(self, table: str, rows: list) -> Outcome:
+        return await asyncio.wrap_future(self.submit(table, rows))
+
+    def write(self, table: str, rows: list, timeout: float = 120.0) -> Outcome:
+        return self.submit(table, rows).result(timeout)
+
+    # --- the writer thread -------------------------------------------------------------------
+    def _take(self) -> list[_Request] | None:
+        with self._cond:
+            while not self._queue:
+                if self._stopping:
+                    return None
+                self._cond.wait()
+            taken, rows = [], 0
+            while self._queue and (not taken or rows + len(self._queue[0].rows) <= self.max_batch_rows):
+                request = self._queue.popleft()
+                taken.append(request)
+                rows += len(request.rows)
+            self._queued_rows -= rows
+            return taken
+
+    def _write_loop(self) -> None:
+        while True:
+            taken = self._take()
+            if taken is None:
+                return
+            by_table: dict[str, list[_Request]] = {}
+            for request in taken:
+                by_table.setdefault(request.table, []).append(request)
+            for table, requests in by_table.items():
+                self._write_batch(table, requests)
+
+    def _write_batch(self, table: str, requests: list[_Request]) -> None:
+        rows = [row for request in requests for row in request.rows]
+        token = new_token()
+        try:
+            outcome = self._store_or_spool(table, token, rows)
+        except Exception as exc:  # noqa: BLE001 - every waiting request gets the error
+            for request in requests:
+                request.future.set_exception(exc)
+            return
+        for request in requests:
+            request.future.set_result(outcome)
+
+    def _store_or_spool(self, table: str, token: str, rows: list) -> Outcome:
+        # While older rows wait in the spool, new ones queue behind them: the spool is drained in
+        # order, so ClickHouse never sees a batch before one acknowledged earlier.
+        if self.spool.pending() == 0:
+            try:
+                get_store().insert(table, rows, tag=f"ingest.writer.{table}", dedup_token=token)
+                self.stats["batches"] += 1
+                self.stats["rows_stored"] += len(rows)
+                return Outcome.STORED
+            except StoreError as exc:
+                log.warning("ClickHouse did not take %d %s rows (%s); spooling them", len(rows), table, exc)
+        self.spool.append(table, token, rows)  # raises SpoolFull
+        self.stats["rows_spooled"] += len(rows)
+        self._replay_wakeup.set()
+        return Outcome.SPOOLED
+
+    # --- the replayer thread -----------------------------------------------------------------
+    def _replay_loop(self) -> None:
+        backoff = self.replay_interval
+        while not self._stopping:
+            spools = [self.spool]
+            if self.spool_root is not None:
+                spools += Spool.orphans(self.spool_root, max_bytes=self.spool.max_bytes)
+            ok = all(self.replay(spool) for spool in spools)
+            for spool in spools[1:]:
+                spool.release()
+            backoff = self.replay_interval if ok else min(backoff * 2, 30.0)
+            self._replay_wakeup.wait(backoff)
+            self._replay_wakeup.clear()
+
+    def replay(self, spool: Spool) -> bool:
+        """Insert ``spool``'s segments oldest first; stop at the first failure. True when drained."""
+        for path in spool.segments():
+            segment = spool.read(path)
+            try:
+                get_store().insert(segment.table, segment.rows, tag="ingest.writer.replay", dedup_token=segment.token)
+            except StoreError as exc:
+                self.stats["replay_failures"] += 1
+                log.warning("spool replay of %s waits for ClickHouse: %s", path.name, exc)
+                return False
+            spool.remove(path)
+            self.stats["segments_replayed"] += 1
+            log.info("replayed %d %s rows from the spool (%s)", len(segment.rows), segment.table, path.name)
+        return True
+
+    def health(self) -> dict:
+        with self._cond:
+            queued = self._queued_rows
+        return {"queued_rows": queued, "spooled_segments": self.spool.pending(), "spool_bytes": self.spool.size_bytes,
+                "spool_limit_bytes": self.spool.max_bytes, **self.stats}
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish what is queued, then stop both threads."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._replay_wakeup.set()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.spool.release()
+
+
+_writer: IngestWriter | None = None
+_writer_lock = threading.Lock()
+
+
+def get_writer() -> IngestWriter:
+    """The process's writer, started on first use (its spool slot claimed then)."""
+    global _writer
+    if _writer is None:
+        with _writer_lock:
+            if _writer is None:
+                from django.conf import settings
+
+                root = settings.DATA_DIR / "spool"
+                spool = Spool.claim(root, max_bytes=settings.TRACEDASH_SPOOL_MAX_BYTES)
+                _writer = IngestWriter(spool, spool_root=root)
+    return _writer
+
+
+def stop_writer() -> None:
+    global _writer
+    with _writer_lock:
+        if _writer is not None:
+            _writer.stop()
+            _writer = None
+
+
+__all__ = ["IngestWriter", "Outcome", "Overloaded", "SpoolFull", "get_writer", "stop_writer", "new_token"]

@@ -1,0 +1,152 @@
+"""Acknowledged data is never lost: ClickHouse outages go to the fsync'd spool, which drains in
+order, without duplicates, when ClickHouse returns; a full spool answers 503."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+import store
+from config.env import parse_clickhouse_url
+from ingest.spool import Spool, SpoolFull
+from ingest.writer import IngestWriter, Outcome, get_writer
+from store import Store, get_store
+from store.backends import NativeBackend
+from tests.conftest import wait_until
+from tests.spans import llm_trace
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+
+
+def down_store() -> Store:
+    """A real driver pointed at a closed port: every call fails as an outage does."""
+    return Store(NativeBackend(parse_clickhouse_url("clickhouse://127.0.0.1:1/x?connect_timeout=0.3")))
+
+
+def count_spans(project_id=None) -> int:
+    sql = "SELECT count() FROM spans FINAL" + (" WHERE project_id = {p:UInt64}" if project_id else "")
+    return get_store().query(sql, {"p": project_id} if project_id else None, tag="tests.count").scalar()
+
+
+def rows_for(project_id: int, n_traces: int = 1) -> list[dict]:
+    from ingest.schemas import Limits, parse_span
+
+    spans = [s for _ in range(n_traces) for s in llm_trace()]
+    return [parse_span(json.dumps(s).encode(), project_id=project_id, limits=Limits()) for s in spans]
+
+
+def test_outage_is_acknowledged_from_the_spool_and_replayed(client, project_with_key):
+    project, key = project_with_key()
+    real = store.set_store(down_store())
+    try:
+        response = client.post("/api/v1/traces", data=json.dumps({"spans": llm_trace()}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert response.status_code == 200 and response.json()["accepted"] == 5
+        health = client.get("/healthz").json()
+        assert health["checks"]["clickhouse"]["ok"] is False
+        assert health["checks"]["ingest"]["spooled_segments"] >= 1
+        # While the spool holds data, new batches queue behind it (order is kept).
+        response = client.post("/api/v1/traces", data=json.dumps({"spans": llm_trace()}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert response.status_code == 200
+    finally:
+        store.set_store(real)
+    writer = get_writer()
+    writer._replay_wakeup.set()
+    wait_until(lambda: writer.spool.pending() == 0, timeout=30, message="the spool to drain")
+    assert count_spans(project.pk) == 10
+
+
+def test_replaying_a_segment_twice_stores_it_once(tmp_path, project_with_key):
+    project, _ = project_with_key()
+    spool = Spool(tmp_path / "slot-0", max_bytes=10**8)
+    writer = IngestWriter(spool)
+    try:
+        rows = rows_for(project.pk, 3)
+        spool.append("spans", "segment-token-1", rows)
+        assert writer.replay(spool) and spool.pending() == 0
+        # A crash after ClickHouse took the segment but before it was deleted: it is sent again.
+        spool.append("spans", "segment-token-1", rows)
+        assert writer.replay(spool)
+        assert get_store().query("SELECT count() FROM spans WHERE project_id = {p:UInt64}", {"p": project.pk},
+                                 tag="tests.count").scalar() == len(rows)  # no duplicate, even before merges
+    finally:
+        writer.stop()
+
+
+def test_a_full_spool_answers_503(client, project_with_key, settings):
+    _, key = project_with_key()
+    writer = get_writer()
+    real = store.set_store(down_store())
+    old_limit = writer.spool.max_bytes
+    writer.spool.max_bytes = writer.spool.size_bytes + 100  # nearly full
+    try:
+        response = client.post("/api/v1/traces", data=json.dumps({"spans": llm_trace()}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "spool_full" and response["Retry-After"]
+        assert client.get("/healthz").status_code == 503
+    finally:
+        writer.spool.max_bytes = old_limit
+        store.set_store(real)
+    wait_until(lambda: writer.spool.pending() == 0, timeout=30, message="the spool to drain")
+
+
+def test_a_restarted_process_replays_the_spool_a_dead_one_left(tmp_path, project_with_key):
+    project, _ = project_with_key()
+    root = tmp_path / "spool"
+    dead = Spool.claim(root, max_bytes=10**8)
+    rows = rows_for(project.pk, 2)
+    dead.append("spans", "left-by-a-dead-process", rows)
+    dead.release()  # the process died: its lock is gone, its segment stays
+    writer = IngestWriter(Spool.claim(root, max_bytes=10**8), spool_root=root)
+    try:
+        wait_until(lambda: count_spans(project.pk) == len(rows), timeout=30, message="the orphaned segment to replay")
+        wait_until(lambda: not list(root.glob("*/*.seg")), timeout=10, message="the segment to be removed")
+    finally:
+        writer.stop()
+
+
+class SlowStore(Store):
+    """The real store, with each insert taking at least 50 ms (as a loaded server does)."""
+
+    def insert(self, *args, **kwargs):
+        time.sleep(0.05)
+        return super().insert(*args, **kwargs)
+
+
+def test_concurrent_requests_are_grouped_into_few_inserts(tmp_path, project_with_key):
+    project, _ = project_with_key()
+    slow = SlowStore(get_store().backend)
+    real = store.set_store(slow)
+    writer = IngestWriter(Spool(tmp_path / "slot-0", max_bytes=10**8))
+    try:
+        batches = [rows_for(project.pk) for _ in range(20)]
+        outcomes = []
+        threads = [threading.Thread(target=lambda b=b: outcomes.append(writer.write("spans", b))) for b in batches]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert outcomes == [Outcome.STORED] * 20
+        assert writer.stats["rows_stored"] == 100
+        assert writer.stats["batches"] <= 5  # 20 requests, a handful of inserts
+    finally:
+        writer.stop()
+        store.set_store(real)
+    assert count_spans(project.pk) == 100
+
+
+def test_spool_segments_survive_a_reopen(tmp_path):
+    spool = Spool(tmp_path / "s", max_bytes=10**6)
+    spool.append("spans", "t1", [{"a": 1}])
+    spool.append("spans", "t2", [{"a": 2}])
+    again = Spool(tmp_path / "s", max_bytes=10**6)
+    assert again.pending() == 2 and again.size_bytes == spool.size_bytes
+    first = again.read(again.segments()[0])
+    assert (first.table, first.token, first.rows) == ("spans", "t1", [{"a": 1}])
+    with pytest.raises(SpoolFull):
+        again.append("spans", "t3", [{"a": "x" * 2_000_000}])
