@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 
 import store
-from store import Store, StoreError, store_from_settings
+from store import Store, store_from_settings
 from store.migrator import MigrationContext, migrate
 from store.schema import TABLES
 
@@ -93,6 +93,17 @@ def project_with_key(db):
     return make
 
 
+@pytest.fixture(scope="module")
+def asgi_server():
+    """uvicorn serving the app on a free port, in this process (see tests/live.py)."""
+    from tests.live import AsgiServer
+
+    server = AsgiServer()
+    server.start()
+    yield server
+    server.stop()
+
+
 def wait_until(predicate, timeout=10.0, interval=0.05, message="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -102,5 +113,3 @@ def wait_until(predicate, timeout=10.0, interval=0.05, message="condition"):
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
 
-
-__all__ = ["StoreError", "wait_until"]

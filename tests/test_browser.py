@@ -30,7 +30,7 @@ if not os.path.exists(CHROMIUM):
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
-from tests.spans import llm_trace  # noqa: E402
+from tests.spans import llm_trace  # noqa: E402  (asgi_server: tests/conftest.py)
 
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
 
@@ -58,47 +58,6 @@ TRACK_SOCKETS = """
   };
 })();
 """
-
-
-class AsgiServer:
-    """uvicorn serving ``config.asgi.application`` in a background thread of this process."""
-
-    def __init__(self):
-        import uvicorn
-
-        from config.asgi import application
-
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))  # the OS picks a free port; no bind race
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.ws_url = f"ws://127.0.0.1:{self.port}"
-        config = uvicorn.Config(application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                       name="uvicorn-browser-tests", daemon=True)
-
-    def start(self, timeout=10.0):
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
-
-
-@pytest.fixture(scope="module")
-def asgi_server():
-    server = AsgiServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
