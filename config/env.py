@@ -154,7 +154,7 @@ def parse_clickhouse_url(raw: str, name: str = "TRACEDASH_CLICKHOUSE_URL") -> Cl
 
 def parse_database_url(raw: str | None, data_dir: Path, name: str = "DATABASE_URL") -> dict:
     if raw is None:
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(data_dir / "tracedash.sqlite3")}
+        return _sqlite(str(data_dir / "tracedash.sqlite3"))
     parts = urlsplit(raw)
     if parts.scheme in ("postgres", "postgresql"):
         if not parts.hostname:
@@ -173,16 +173,23 @@ def parse_database_url(raw: str | None, data_dir: Path, name: str = "DATABASE_UR
             "PASSWORD": unquote(parts.password or ""),
             "HOST": parts.hostname,
             "PORT": str(port),
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
+            # No persistent connections under ASGI (see _sqlite); put PgBouncer in front at scale.
+            "CONN_MAX_AGE": 0,
             "OPTIONS": {"connect_timeout": 5},
         }
     if parts.scheme == "sqlite":
         path = raw[len("sqlite:///"):] if raw.startswith("sqlite:///") else ""
         if not path:
             raise ConfigError(name, "expected sqlite:///path/to/file.sqlite3")
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path}
+        return _sqlite(path)
     raise ConfigError(name, f"expected postgres://… or sqlite:///…, got scheme {parts.scheme!r}")
+
+
+def _sqlite(path: str) -> dict:
+    # WAL lets readers (pages) run beside the one writer. No persistent connections: under ASGI
+    # each request's synchronous code runs in its own thread, which would leave one open each.
+    return {"ENGINE": "django.db.backends.sqlite3", "NAME": path,
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", "timeout": 20}}
 
 
 def _redis_url(environ, name: str, *, allow_amqp: bool = False) -> str | None:

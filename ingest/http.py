@@ -42,16 +42,28 @@ def read_body(request, *, max_bytes: int) -> bytes:
         return body
     if encoding != "gzip":
         raise ApiError(415, "unsupported_encoding", f"Content-Encoding {encoding!r} is not supported; use gzip or none")
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        data = inflater.decompress(body, max_bytes + 1)
-    except zlib.error as exc:
-        raise ApiError(400, "bad_gzip", f"body is not valid gzip: {exc}") from None
-    if len(data) > max_bytes or inflater.unconsumed_tail:
-        raise ApiError(413, "body_too_large", f"decompressed body is larger than {max_bytes} bytes")
-    if not inflater.eof:
-        raise ApiError(400, "bad_gzip", "gzip body is truncated")
-    return data
+    return _gunzip(body, max_bytes)
+
+
+def _gunzip(body: bytes, max_bytes: int) -> bytes:
+    """Inflate every member of a gzip stream (RFC 1952 allows several), never more than
+    ``max_bytes`` in all; trailing bytes that are not a gzip member are an error."""
+    out, size, rest = [], 0, body
+    while True:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            data = inflater.decompress(rest, max_bytes - size + 1)
+        except zlib.error as exc:
+            raise ApiError(400, "bad_gzip", f"body is not valid gzip: {exc}") from None
+        size += len(data)
+        if size > max_bytes or inflater.unconsumed_tail:
+            raise ApiError(413, "body_too_large", f"decompressed body is larger than {max_bytes} bytes")
+        if not inflater.eof:
+            raise ApiError(400, "bad_gzip", "gzip body is truncated")
+        out.append(data)
+        rest = inflater.unused_data
+        if not rest:
+            return b"".join(out)
 
 
 __all__ = ["ApiError", "read_body"]

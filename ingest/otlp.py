@@ -31,7 +31,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (Export
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,
                                                                       ExportTraceServiceResponse)
 
-from .schemas import MAX_DURATION_NS, MAX_NAME_CHARS, PHASES, FieldError, Limits, flatten_attributes, parse_time_ns
+from .schemas import (MAX_BYTES, MAX_COST_USD, MAX_DURATION_NS, MAX_NAME_CHARS, PHASES, FieldError, Limits,
+                      flatten_attributes, parse_time_ns)
 
 PROTOBUF = "application/x-protobuf"
 SPAN_KIND_CLIENT = 3
@@ -221,7 +222,7 @@ def _hex_id(value: str, length: int, field_name: str, *, optional: bool = False)
     return value.lower()
 
 
-def _number(attributes: dict, keys: tuple[str, ...], field_name: str, *, integer: bool):
+def _number(attributes: dict, keys: tuple[str, ...], field_name: str, *, integer: bool, maximum: float = 2**32 - 1):
     for key in keys:
         value = attributes.get(key)
         if value is None:
@@ -234,8 +235,8 @@ def _number(attributes: dict, keys: tuple[str, ...], field_name: str, *, integer
             raise FieldError(f"attributes.{key}", "expected a number") from None
         if number < 0 or number != number:
             raise FieldError(f"attributes.{key}", "must be a non-negative number")
-        if integer and number > 2**32 - 1:
-            raise FieldError(f"attributes.{key}", "is too large")
+        if number > maximum:
+            raise FieldError(f"attributes.{key}", f"must not exceed {maximum:g}")
         return number
     return None
 
@@ -274,7 +275,8 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
     attributes = span.attributes
     model = next((attributes[k] for k in ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name",
                                           "embedding.model_name") if isinstance(attributes.get(k), str)), "")
-    ttft_s = _number(attributes, ("gen_ai.response.time_to_first_chunk",), "ttft", integer=False)
+    ttft_s = _number(attributes, ("gen_ai.response.time_to_first_chunk",), "ttft", integer=False,
+                     maximum=MAX_DURATION_NS / 1e9)
     ttft_ns = None if ttft_s is None else round(ttft_s * 1e9)
     event_times, event_names, event_attributes = [], [], []
     if len(span.events) > limits.max_events:
@@ -291,7 +293,7 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
         flat["otel.scope.name"] = span.scope_name[: limits.max_value_bytes]
         if span.scope_version:
             flat["otel.scope.version"] = span.scope_version[:256]
-    cost = _number(attributes, ("gen_ai.usage.cost", "llm.cost.total"), "cost", integer=False)
+    cost = _number(attributes, ("gen_ai.usage.cost", "llm.cost.total"), "cost", integer=False, maximum=MAX_COST_USD)
     service = span.resource.get("service.name")
     return {
         "project_id": project_id,
@@ -385,12 +387,13 @@ def _metrics_from_json(body: bytes) -> list[OtlpPoint]:
     return points
 
 
+MAX_GAUGE = 1e15  # above any percentage, temperature, wattage or byte count a host reports (≈ 1 PB)
 _BYTES_PER_UNIT = {"By": 1, "B": 1, "KiBy": 2**10, "KiB": 2**10, "MiBy": 2**20, "MiB": 2**20, "MB": 10**6,
                    "GiBy": 2**30, "GiB": 2**30, "GB": 10**9, "KB": 10**3}
 
 
 def _to_bytes(point: OtlpPoint, default_unit: str) -> int:
-    return int(point.value * _BYTES_PER_UNIT.get(point.unit or default_unit, 1))
+    return min(int(point.value * _BYTES_PER_UNIT.get(point.unit or default_unit, 1)), MAX_BYTES)
 
 
 def _to_percent(point: OtlpPoint, ratio_by_default: bool) -> float:
@@ -439,8 +442,9 @@ def resource_rows(points: list[OtlpPoint], *, project_id: int) -> tuple[list[dic
     memory_states: dict[tuple, dict[str, int]] = {}
     rejected = []
     for index, point in enumerate(points):
-        if point.value != point.value or point.value in (float("inf"), float("-inf")) or point.value < 0:
-            rejected.append({"index": index, "field": point.metric, "message": "value must be a finite, non-negative number"})
+        if not 0 <= point.value <= MAX_GAUGE:  # also false for NaN
+            rejected.append({"index": index, "field": point.metric,
+                             "message": f"value must be a finite number from 0 to {MAX_GAUGE:g}"})
             continue
         try:
             time_ns = parse_time_ns(point.time_ns, "timeUnixNano")

@@ -20,9 +20,11 @@ import msgspec
 
 PHASES = ("network", "preprocess", "inference", "postprocess", "other")
 STATUSES = ("ok", "error")
-_HEX16 = re.compile(r"^[0-9a-f]{16}$")
+# \Z, not $: Python's $ also matches before a final newline ("…e4736\n" would pass).
+_HEX16 = re.compile(r"^[0-9a-f]{16}\Z")
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})$"
+    r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?"
+    r"(Z|z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])\Z"
 )
 MIN_TIME_NS = 946_684_800 * 10**9  # 2000-01-01
 MAX_TIME_NS = 7_258_118_400 * 10**9  # 2200-01-01
@@ -30,6 +32,9 @@ MAX_NAME_CHARS = 512
 MAX_LABEL_CHARS = 256
 MAX_UINT32 = 2**32 - 1
 MAX_DURATION_NS = 7 * 24 * 3600 * 10**9  # a span longer than a week is a client bug
+MAX_DURATION_MS = MAX_DURATION_NS / 1_000_000
+MAX_BYTES = 2**63 - 1  # byte counts: far above any real machine, and within every integer type on the way
+MAX_COST_USD = 1e9
 
 
 @dataclass(frozen=True)
@@ -49,13 +54,6 @@ class FieldError(Exception):
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and value == value and value not in (
-        float("inf"),
-        float("-inf"),
-    )
 
 
 def parse_time_ns(value, field: str) -> int:
@@ -83,26 +81,21 @@ def parse_time_ns(value, field: str) -> int:
     return ns
 
 
-def _flat_value(value, field: str) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if _is_int(value) or _is_number(value):
-        return json.dumps(value)
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    raise FieldError(field, f"unsupported value type {type(value).__name__}")
+def _too_long(text: str, max_bytes: int) -> bool:
+    # Characters are at most 4 UTF-8 bytes: encode only when the character count cannot decide.
+    n = len(text)
+    return n > max_bytes or (n * 4 > max_bytes and len(text.encode()) > max_bytes)
 
 
 def flatten_attributes(value, field: str, limits: Limits) -> dict[str, str]:
-    """A JSON object -> flat ``{str: str}``; nested objects become dotted keys, lists JSON text."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
+    """A JSON object -> flat ``{str: str}``; nested objects become dotted keys, lists JSON text,
+    booleans ``true``/``false``, numbers their JSON form, null an empty string."""
+    if not value:
+        if value is None or value == {}:
+            return {}
+    if type(value) is not dict:
         raise FieldError(field, f"expected an object of key/value pairs, got {type(value).__name__}")
+    max_key, max_value, max_count = limits.max_key_bytes, limits.max_value_bytes, limits.max_attributes
     out: dict[str, str] = {}
     stack = [("", value, 0)]
     while stack:
@@ -110,30 +103,45 @@ def flatten_attributes(value, field: str, limits: Limits) -> dict[str, str]:
         if depth > 8:
             raise FieldError(field, "nested more than 8 levels deep")
         for key, item in obj.items():
-            full = f"{prefix}{key}"
-            if isinstance(item, dict):
+            full = prefix + key if prefix else key
+            kind = type(item)
+            if kind is str:
+                text = item
+            elif kind is dict:
                 stack.append((full + ".", item, depth + 1))
                 continue
-            if len(full.encode()) > limits.max_key_bytes:
-                raise FieldError(f"{field}.{full[:40]}…", f"key longer than {limits.max_key_bytes} bytes")
-            text = _flat_value(item, f"{field}.{full}")
-            if len(text.encode()) > limits.max_value_bytes:
-                raise FieldError(f"{field}.{full}", f"value longer than {limits.max_value_bytes} bytes")
+            elif kind is bool:
+                text = "true" if item else "false"
+            elif kind is int:
+                text = str(item)
+            elif kind is float:
+                text = json.dumps(item)
+            elif item is None:
+                text = ""
+            elif kind is list:
+                text = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+            else:
+                raise FieldError(f"{field}.{full}", f"unsupported value type {kind.__name__}")
+            if _too_long(full, max_key):
+                raise FieldError(f"{field}.{full[:40]}…", f"key longer than {max_key} bytes")
+            if _too_long(text, max_value):
+                raise FieldError(f"{field}.{full}", f"value longer than {max_value} bytes")
             out[full] = text
-            if len(out) > limits.max_attributes:
-                raise FieldError(field, f"more than {limits.max_attributes} attributes")
+        if len(out) > max_count:
+            raise FieldError(field, f"more than {max_count} attributes")
     return out
 
 
-Hex32 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
-Hex16 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{16}$")]
+Hex32 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}\\Z")]
+Hex16 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{16}\\Z")]
 Label = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_CHARS)]
-NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Milliseconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_DURATION_MS)]
+Cost = Annotated[float, msgspec.Meta(ge=0, le=MAX_COST_USD)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_UINT32)]
 Time = int | str
 Phase = Literal["network", "preprocess", "inference", "postprocess", "other"]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
-Bytes = Annotated[int, msgspec.Meta(ge=0)]
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=MAX_BYTES)]
 
 
 class EventIn(msgspec.Struct):
@@ -149,16 +157,16 @@ class SpanIn(msgspec.Struct):
     start_time: Time
     parent_span_id: str | None = None
     end_time: Time | None = None
-    duration_ms: NonNegative | None = None
+    duration_ms: Milliseconds | None = None
     phase: Phase | None = None
     service: Label | None = None
     model: Label | None = None
     status: Literal["ok", "error"] | None = None
     status_message: str | None = None
-    ttft_ms: NonNegative | None = None
+    ttft_ms: Milliseconds | None = None
     input_tokens: Count | None = None
     output_tokens: Count | None = None
-    cost_usd: NonNegative | None = None
+    cost_usd: Cost | None = None
     attributes: dict[str, Any] | None = None
     resource_attributes: dict[str, Any] | None = None
     resource: dict[str, Any] | None = None
@@ -246,8 +254,8 @@ def parse_span(raw, *, project_id: int, limits: Limits) -> dict:
     span = _decode_item(_span_decoder, raw, kind="span")
     parent = span.parent_span_id or ""
     if parent:
-        if not _HEX16.match(parent):
-            raise FieldError("parent_span_id", "expected 16 lowercase hex characters, or null for a root span")
+        if not _HEX16.match(parent) or parent == "0" * 16:
+            raise FieldError("parent_span_id", "expected 16 lowercase hex characters, not all zero, or null for a root span")
         if parent == span.span_id:
             raise FieldError("parent_span_id", "a span cannot be its own parent")
     if span.trace_id == "0" * 32:
@@ -263,12 +271,12 @@ def parse_span(raw, *, project_id: int, limits: Limits) -> dict:
         if end_ns < start_ns:
             raise FieldError("end_time", "is before start_time")
         duration_ns = end_ns - start_ns
+        if duration_ns > MAX_DURATION_NS:
+            raise FieldError("end_time", "more than 7 days after start_time")
     elif span.duration_ms is not None:
         duration_ns = round(span.duration_ms * 1_000_000)
     else:
         raise FieldError("end_time", "either end_time or duration_ms is required")
-    if duration_ns > MAX_DURATION_NS:
-        raise FieldError("duration_ms", "longer than 7 days")
     message = span.status_message or ""
     if len(message) > limits.max_value_bytes:
         raise FieldError("status_message", f"longer than {limits.max_value_bytes} characters")
@@ -281,7 +289,8 @@ def parse_span(raw, *, project_id: int, limits: Limits) -> dict:
             event_times.append(parse_time_ns(event.time, f"events[{i}].time"))
             event_names.append(event.name)
             event_attributes.append(flatten_attributes(event.attributes, f"events[{i}].attributes", limits))
-    resource = span.resource_attributes if span.resource_attributes is not None else span.resource
+    resource, resource_field = ((span.resource_attributes, "resource_attributes") if span.resource_attributes is not None
+                                else (span.resource, "resource"))
     return {
         "project_id": project_id,
         "trace_id": span.trace_id,
@@ -300,7 +309,7 @@ def parse_span(raw, *, project_id: int, limits: Limits) -> dict:
         "output_tokens": span.output_tokens or 0,
         "cost_usd": None if span.cost_usd is None else float(span.cost_usd),
         "attributes": flatten_attributes(span.attributes, "attributes", limits),
-        "resource_attributes": flatten_attributes(resource, "resource_attributes", limits),
+        "resource_attributes": flatten_attributes(resource, resource_field, limits),
         "event_times": event_times,
         "event_names": event_names,
         "event_attributes": event_attributes,

@@ -128,6 +128,20 @@ class Spool:
             self._count -= 1
 
 
+    def quarantine(self, path: Path) -> Path:
+        """Move a segment out of the replay order (kept on disk for an operator)."""
+        target_dir = self.directory / "quarantine"
+        target_dir.mkdir(exist_ok=True)
+        target = target_dir / path.name
+        with self._lock:
+            size = path.stat().st_size
+            os.rename(path, target)
+            _fsync_dir(self.directory)
+            self._bytes -= size
+            self._count -= 1
+        return target
+
+
 def _try_lock(directory: Path):
     directory.mkdir(parents=True, exist_ok=True)
     handle = open(directory / "lock", "a+")

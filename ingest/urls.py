@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import openapi, views
 
 app_name = "ingest"
 urlpatterns = [
@@ -8,4 +8,5 @@ urlpatterns = [
     path("api/v1/resources", views.resources_ingest, name="resources"),
     path("v1/traces", views.otlp_traces, name="otlp-traces"),
     path("v1/metrics", views.otlp_metrics, name="otlp-metrics"),
+    path("api/openapi.json", openapi.openapi_json, name="openapi"),
 ]

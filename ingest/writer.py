@@ -19,11 +19,14 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from store import StoreError, get_store
+from store import StoreError, StoreUnavailable, get_store
 
 from .spool import Spool, SpoolFull
 
 log = logging.getLogger("tracedash.ingest.writer")
+
+
+MAX_SEGMENT_REFUSALS = 5
 
 
 class Outcome(str, enum.Enum):
@@ -47,11 +50,14 @@ def new_token() -> str:
 
 
 class IngestWriter:
-    def __init__(self, spool: Spool, *, spool_root=None, max_batch_rows: int = 50_000,
-                 max_queued_rows: int = 400_000, replay_interval: float = 0.5):
+    def __init__(self, spool: Spool, *, spool_root=None, max_batch_rows: int = 50_000, target_batch_rows: int = 10_000,
+                 linger: float = 0.03, max_queued_rows: int = 400_000, replay_interval: float = 0.5):
         self.spool = spool
         self.spool_root = spool_root
         self.max_batch_rows = max_batch_rows
+        self.target_batch_rows = target_batch_rows
+        self.linger = linger
+        self._busy = False  # the last batch grouped several requests: more are likely on the way
         self.max_queued_rows = max_queued_rows
         self.replay_interval = replay_interval
         self._queue: deque[_Request] = deque()
@@ -59,7 +65,9 @@ class IngestWriter:
         self._cond = threading.Condition()
         self._replay_wakeup = threading.Event()
         self._stopping = False
-        self.stats = {"batches": 0, "rows_stored": 0, "rows_spooled": 0, "segments_replayed": 0, "replay_failures": 0}
+        self.stats = {"batches": 0, "rows_stored": 0, "rows_spooled": 0, "segments_replayed": 0, "replay_failures": 0,
+                      "segments_quarantined": 0}
+        self._refusals: dict = {}
         self._threads = [
             threading.Thread(target=self._write_loop, name="tracedash-writer", daemon=True),
             threading.Thread(target=self._replay_loop, name="tracedash-replayer", daemon=True),
@@ -93,12 +101,22 @@ class IngestWriter:
                 if self._stopping:
                     return None
                 self._cond.wait()
+            # Under concurrent load each insert has a large fixed cost (a new part, merges later):
+            # wait a few milliseconds for a fuller batch. A lone request is never held back.
+            if self._busy and self.linger:
+                deadline = time.monotonic() + self.linger
+                while self._queued_rows < self.target_batch_rows and not self._stopping:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
             taken, rows = [], 0
             while self._queue and (not taken or rows + len(self._queue[0].rows) <= self.max_batch_rows):
                 request = self._queue.popleft()
                 taken.append(request)
                 rows += len(request.rows)
             self._queued_rows -= rows
+            self._busy = len(taken) > 1 or bool(self._queue)
             return taken
 
     def _write_loop(self) -> None:
@@ -155,15 +173,33 @@ class IngestWriter:
             self._replay_wakeup.clear()
 
     def replay(self, spool: Spool) -> bool:
-        """Insert ``spool``'s segments oldest first; stop at the first failure. True when drained."""
+        """Insert ``spool``'s segments oldest first; stop at the first failure. True when drained.
+
+        A segment ClickHouse keeps refusing while it is reachable (not an outage: the data itself)
+        would block every later one forever; after ``MAX_SEGMENT_REFUSALS`` it is moved aside to
+        ``quarantine/`` (kept, logged) and the replay goes on."""
         for path in spool.segments():
             segment = spool.read(path)
             try:
                 get_store().insert(segment.table, segment.rows, tag="ingest.writer.replay", dedup_token=segment.token)
-            except StoreError as exc:
+            except StoreUnavailable as exc:
                 self.stats["replay_failures"] += 1
                 log.warning("spool replay of %s waits for ClickHouse: %s", path.name, exc)
                 return False
+            except StoreError as exc:
+                self.stats["replay_failures"] += 1
+                refusals = self._refusals[path] = self._refusals.get(path, 0) + 1
+                if refusals < MAX_SEGMENT_REFUSALS:
+                    log.warning("ClickHouse refused spool segment %s (%d/%d): %s", path.name, refusals,
+                                MAX_SEGMENT_REFUSALS, exc)
+                    return False
+                moved = spool.quarantine(path)
+                self._refusals.pop(path, None)
+                self.stats["segments_quarantined"] += 1
+                log.error("spool segment %s refused %d times; moved to %s for inspection: %s", path.name, refusals,
+                          moved, exc)
+                continue
+            self._refusals.pop(path, None)
             spool.remove(path)
             self.stats["segments_replayed"] += 1
             log.info("replayed %d %s rows from the spool (%s)", len(segment.rows), segment.table, path.name)

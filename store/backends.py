@@ -195,7 +195,9 @@ class EmbeddedBackend:
         arrow_rows = _arrow_table(columns, types, rows)  # noqa: F841 - chdb finds it by name
         column_list = ", ".join(f"`{c}`" for c in columns)
         # The token is checked by Store.insert (letters, digits, - and _), so it is safe as text.
-        settings = f" SETTINGS insert_deduplication_token = '{dedup_token}'" if dedup_token else ""
+        # chdb turns async_insert on by default, which makes every insert wait for a buffer flush;
+        # callers batch already (the ingest writer's group commit), so insert synchronously.
+        settings = " SETTINGS async_insert = 0" + (f", insert_deduplication_token = '{dedup_token}'" if dedup_token else "")
         self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}){settings} SELECT * FROM Python(arrow_rows)",
                      None, tag)
 

@@ -93,16 +93,16 @@ SPANS = Table(
         Column("start_time", DATETIME_NS, "DoubleDelta, ZSTD(1)"),
         Column("duration_ns", "UInt64", "T64, ZSTD(1)"),
         Column("status", "LowCardinality(String)"),  # ok|error
-        Column("status_message", "String", "ZSTD(3)"),
+        Column("status_message", "String", "ZSTD(1)"),
         Column("ttft_ns", "Nullable(UInt64)", "ZSTD(1)"),  # missing is missing, never 0
         Column("input_tokens", "UInt32", "T64, ZSTD(1)"),
         Column("output_tokens", "UInt32", "T64, ZSTD(1)"),
         Column("cost_usd", "Nullable(Float64)", "ZSTD(1)"),
-        Column("attributes", "Map(LowCardinality(String), String)", "ZSTD(3)"),
-        Column("resource_attributes", "Map(LowCardinality(String), String)", "ZSTD(3)"),
+        Column("attributes", "Map(LowCardinality(String), String)", "ZSTD(1)"),
+        Column("resource_attributes", "Map(LowCardinality(String), String)", "ZSTD(1)"),
         Column("event_times", f"Array({DATETIME_NS})", "ZSTD(1)"),
         Column("event_names", "Array(LowCardinality(String))", "ZSTD(1)"),
-        Column("event_attributes", "Array(Map(String, String))", "ZSTD(3)"),
+        Column("event_attributes", "Array(Map(String, String))", "ZSTD(1)"),
         Column("ingested_at", DATETIME_MS, "", "now64(3)"),
     ),
     # A span re-sent with the same ids collapses into one row on merge.

@@ -150,3 +150,25 @@ def test_spool_segments_survive_a_reopen(tmp_path):
     assert (first.table, first.token, first.rows) == ("spans", "t1", [{"a": 1}])
     with pytest.raises(SpoolFull):
         again.append("spans", "t3", [{"a": "x" * 2_000_000}])
+
+
+def test_a_segment_clickhouse_keeps_refusing_is_quarantined_not_blocking(tmp_path, project_with_key):
+    from ingest.writer import MAX_SEGMENT_REFUSALS
+
+    project, _ = project_with_key()
+    spool = Spool(tmp_path / "slot-0", max_bytes=10**8)
+    writer = IngestWriter(spool)
+    try:
+        poison = rows_for(project.pk)
+        del poison[0]["phase"]  # a row the store cannot write, whatever the server's state
+        spool.append("spans", "poison", poison)
+        good = rows_for(project.pk)
+        spool.append("spans", "good", good)
+        for _ in range(MAX_SEGMENT_REFUSALS - 1):
+            assert writer.replay(spool) is False  # blocked, retried: the data is kept
+        assert writer.replay(spool) is True
+        assert writer.stats["segments_quarantined"] == 1
+        assert [p.name for p in (tmp_path / "slot-0" / "quarantine").iterdir()] == ["0000000000000001.seg"]
+        assert count_spans(project.pk) == len(good)
+    finally:
+        writer.stop()

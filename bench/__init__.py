@@ -1,0 +1,1 @@
+"""Benchmarks: scripts run by hand (``.venv/bin/python bench/<name>.py``), never timed tests."""

@@ -1,0 +1,165 @@
+"""Helpers shared by the benchmarks: a `manage.py serve` subprocess on embedded defaults, the
+machine's description, percentiles and small formatting helpers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Unset so that the server runs on the embedded defaults (chdb, SQLite, in-process beat and layer).
+PRODUCTION_VARIABLES = ("DATABASE_URL", "CELERY_BROKER_URL", "TRACEDASH_CHANNEL_LAYER_URL", "TRACEDASH_CLICKHOUSE_URL",
+                        "DJANGO_SETTINGS_MODULE", "TRACEDASH_SECRET_KEY")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def embedded_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """This process's environment without the production variables, on ``data_dir``."""
+    env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
+    env.update(TRACEDASH_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+class Server:
+    """``manage.py serve`` as a subprocess on its own data dir; output goes to a log file."""
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, env: dict[str, str] | None = None):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = embedded_env(self.data_dir, **(env or {}))
+        self.log_path = self.data_dir.parent / f"serve-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self, timeout: float = 120.0) -> "Server":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited early with code {self.proc.returncode}")
+            try:
+                self.health()
+                return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+                time.sleep(0.2)
+        raise RuntimeError(f"serve did not answer /healthz within {timeout:.0f} s")
+
+    def health(self) -> dict:
+        """The /healthz body (its 503 body too: the checks say what is wrong)."""
+        try:
+            with urllib.request.urlopen(self.base + "/healthz", timeout=10) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 503:
+                return json.load(exc)
+            raise
+
+    def manage(self, *args: str, timeout: float = 120.0) -> str:
+        """Run a management command with the server's environment; its stdout."""
+        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return done.stdout
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server process has used so far (all its threads)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+    def rss_bytes(self) -> int:
+        match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{self.proc.pid}/status").read_text())
+        return int(match.group(1)) * 1024 if match else 0
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """Ctrl-C (SIGINT), then SIGKILL if it does not stop in time; the exit code."""
+        if self.proc is None:
+            return None
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+                try:
+                    self.proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=30)
+            return self.proc.returncode
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    info = {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": "unknown",
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    try:
+        match = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        if match:
+            info["cpu_model"] = match.group(1).strip()
+    except OSError:
+        pass
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        info["cgroup_cpu_limit"] = "none" if quota == "max" else f"{int(quota) / int(period):g} CPUs"
+    except (OSError, ValueError):
+        pass
+    try:
+        match = re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
+        if match:
+            info["memory_gib"] = round(int(match.group(1)) / 2**20, 1)
+    except OSError:
+        pass
+    return info
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of an already sorted list (None when empty)."""
+    if not sorted_values:
+        return None
+    rank = math.ceil(q / 100.0 * len(sorted_values))
+    return sorted_values[min(len(sorted_values), max(1, rank)) - 1]
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain-text table, numbers right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(headers), "-+-".join("-" * w for w in widths), *(line(r) for r in rows)])

@@ -1,0 +1,778 @@
+"""Ingestion throughput of a real `manage.py serve`, compared with a raw insert of the same rows.
+
+    .venv/bin/python bench/ingest.py [--duration 20] [--concurrency 8] [--data-dir DIR] [--quick] [--json PATH]
+
+What is measured, and why:
+
+1. **End to end over HTTP.** The server runs as a subprocess on the embedded defaults (chdb,
+   SQLite, in-process beat; rate limit off) on a fresh data dir. For each scenario — native JSON
+   (``/api/v1/traces``) and OTLP protobuf (``/v1/traces``), in batches of 100 and 1,000 spans —
+   ``--concurrency`` keep-alive client connections post pre-encoded bodies for ``--duration``
+   seconds. A 200 means the spans are in ClickHouse (group commit, ``ingest.writer``), so the
+   spans acknowledged per second are the spans *stored* per second. Latency is per request,
+   send to last byte of the answer. Server CPU (from /proc) and client CPU are reported too:
+   client and server share the machine's cores, so the client is kept cheap (bodies encoded up
+   front; only a sample of answers is decoded).
+2. **The ceiling: a raw insert.** The same spans, turned into rows by ``ingest.schemas.parse_span``
+   exactly as the server does, are inserted with ``Store.insert`` (Arrow into chdb) straight from
+   this process, in batches of 1,000 and 10,000 rows, on a separate data path, after the server
+   has stopped. ``ratio`` = HTTP spans/s ÷ raw rows/s at 1,000-row batches: the share of the
+   store's own speed that the HTTP path (parsing, validation, ASGI, group commit) keeps.
+   Single-threaded parse-only rates (native JSON and OTLP) show what validation alone costs.
+3. **Nothing is lost.** Every span id is unique across the run, so after the server has drained
+   its queue and spool and stopped, ``count()`` and ``uniqExact(trace_id, span_id)`` of
+   ``spans FINAL`` (read by a separate process: chdb opens one data path per process) must both
+   equal the spans acknowledged.
+
+The traces are realistic LLM requests: 5–20 spans (root, network, preprocess, inference,
+postprocess, some nested), ~3 % failing, inference spans carrying a 1–4 KB prompt and a few
+hundred bytes of completion as attributes, several services and models, times in the last hour.
+Bodies are built once; before each request its trace and span ids get a fresh 4-byte prefix (an
+8-byte marker replaced in the pre-encoded body), which keeps ids unique at no parsing cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import itertools
+import json
+import os
+import random
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, bench/ is sys.path[0] and this file would shadow the app's `ingest` package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,  # noqa: E402
+                                                                      ExportTraceServiceResponse)
+
+from bench.common import PRODUCTION_VARIABLES, Server, machine, percentile, table  # noqa: E402
+
+JSON_MARKER = b"@REQ_ID@"  # 8 characters of the hex ids in JSON bodies, replaced per request
+PB_MARKER = b"\xff\xfe\xfd\xfc"  # 4 bytes of the binary ids in protobuf bodies, replaced per request
+SAMPLE_EVERY = 16  # decode one answer in this many (and each connection's first)
+SPAN_KIND_INTERNAL, SPAN_KIND_SERVER, SPAN_KIND_CLIENT = 1, 2, 3
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- realistic LLM traces ----------------------------------------------------------------------
+VOCABULARY = """
+the a an of to and in for on with by from about as at into over under after before while when why how what
+which who please explain summarize compare draft translate review refactor classify extract answer list
+user customer agent assistant system context document policy refund invoice order shipment delivery account
+password login subscription plan upgrade downgrade pricing discount coupon warranty return exchange product
+feature release note changelog ticket incident outage latency error timeout retry queue cache database index
+query vector embedding retrieval chunk passage source citation memory tool function call result json schema
+field value table row column report metric dashboard trace span service model token prompt completion
+stream response request header payload budget cost usage limit quota region cluster node gpu batch throughput
+kubernetes deployment rollout config secret certificate domain email phone address name date time week month
+quarter year revenue forecast churn cohort segment campaign survey feedback sentiment rating score priority
+severity owner team manager engineer analyst contract clause term renewal invoice tax currency euro dollar
+""".split()
+SERVICES = ("chat-api", "support-bot", "search-api", "summarizer", "agent-runner", "code-assist")
+ROUTES = {"chat-api": "/v1/chat", "support-bot": "/v1/tickets/reply", "search-api": "/v1/answer",
+          "summarizer": "/v1/summarize", "agent-runner": "/v1/agents/run", "code-assist": "/v1/complete"}
+# (model, gen_ai.system, USD per 1M input tokens, per 1M output tokens)
+CHAT_MODELS = (("gpt-4o-mini", "openai", 0.15, 0.60), ("gpt-4o", "openai", 2.50, 10.0),
+               ("claude-3-5-sonnet", "anthropic", 3.0, 15.0), ("llama-3.1-70b-instruct", "vllm", 0.60, 0.60),
+               ("mistral-large", "mistral", 2.0, 6.0), ("gemini-1.5-pro", "gcp.gemini", 1.25, 5.0))
+EMBEDDING_MODELS = (("text-embedding-3-small", "openai", 0.02), ("bge-large-en-v1.5", "vllm", 0.01))
+ERRORS = ("upstream 503: model overloaded", "timeout after 30 s waiting for the first token",
+          "429 rate limited by provider", "context length exceeded (128000 tokens)")
+
+
+@dataclass(slots=True)
+class Span:
+    """One span, independent of the wire format; ids are completed by the batch (``k``) and the
+    per-request marker."""
+
+    k: int  # index within its batch, 1-based: the low half of the span id
+    trace_suffix: str  # 24 hex characters: the low part of the trace id
+    parent_k: int  # 0 for a root span
+    name: str
+    phase: str
+    kind: int
+    service: str
+    start_ns: int = 0
+    end_ns: int = 0
+    status: str = "ok"
+    status_message: str = ""
+    operation: str = ""  # gen_ai.operation.name for model calls
+    model: str = ""
+    system: str = ""
+    ttft_ms: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    attributes: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)  # (name, time_ns)
+    children: list = field(default_factory=list)
+    duration_ms: float = 0.0  # own duration of a leaf
+
+
+class TraceFactory:
+    """Builds whole traces of a given span count; deterministic for a seed."""
+
+    def __init__(self, seed: int, now_ns: int):
+        self.rng = random.Random(seed)
+        self.now_ns = now_ns
+        words = [self.rng.choice(VOCABULARY) for _ in range(40_000)]
+        self.text = " ".join(words)  # ~250 KB to cut prompts and completions from
+
+    def _words(self, low: int, high: int) -> str:
+        size = self.rng.randint(low, high)
+        start = self.text.index(" ", self.rng.randrange(len(self.text) - high - 64)) + 1
+        return self.text[start:start + size].strip()
+
+    def _span(self, trace_suffix, service, name, phase, kind, **attributes) -> Span:
+        return Span(k=0, trace_suffix=trace_suffix, parent_k=0, name=name, phase=phase, kind=kind, service=service,
+                    attributes={k.replace("__", "."): v for k, v in attributes.items()})
+
+    def _chat(self, trace_suffix, service, model) -> Span:
+        name, system, price_in, price_out = model
+        prompt = "system: You are a helpful assistant for " + service + ".\nuser: " + self._words(1024, 4096)
+        completion = self._words(200, 600)
+        span = self._span(trace_suffix, service, f"chat {name}", "inference", SPAN_KIND_CLIENT)
+        span.operation, span.model, span.system = "chat", name, system
+        span.input_tokens = len(prompt) // 4 + self.rng.randint(0, 40)
+        span.output_tokens = len(completion) // 4 + self.rng.randint(0, 20)
+        span.cost_usd = round(span.input_tokens * price_in / 1e6 + span.output_tokens * price_out / 1e6, 8)
+        span.duration_ms = self.rng.uniform(400, 4000)
+        span.ttft_ms = round(self.rng.uniform(80, min(900, span.duration_ms * 0.6)), 3)
+        span.attributes.update({"gen_ai.prompt": prompt, "gen_ai.completion": completion,
+                                "gen_ai.request.temperature": round(self.rng.choice((0.0, 0.2, 0.7, 1.0)), 1),
+                                "gen_ai.request.max_tokens": self.rng.choice((256, 512, 1024, 4096)),
+                                "gen_ai.response.finish_reasons": "stop"})
+        return span
+
+    def _embed(self, trace_suffix, service) -> Span:
+        name, system, price = self.rng.choice(EMBEDDING_MODELS)
+        text = self._words(1024, 2048)
+        span = self._span(trace_suffix, service, f"embeddings {name}", "inference", SPAN_KIND_CLIENT)
+        span.operation, span.model, span.system = "embeddings", name, system
+        span.input_tokens = len(text) // 4
+        span.output_tokens = 0
+        span.cost_usd = round(span.input_tokens * price / 1e6, 8)
+        span.duration_ms = self.rng.uniform(20, 150)
+        span.attributes["gen_ai.prompt"] = text
+        return span
+
+    def _leaf(self, span: Span, low: float, high: float) -> Span:
+        span.duration_ms = self.rng.uniform(low, high)
+        return span
+
+    def trace(self, n: int) -> list[Span]:
+        """The spans of one request, root first; exactly ``n`` (5 ≤ n ≤ 20)."""
+        rng = self.rng
+        suffix = secrets.token_hex(12)
+        service = rng.choice(SERVICES)
+        model = rng.choice(CHAT_MODELS)
+        s = lambda *a, **kw: self._span(suffix, service, *a, **kw)  # noqa: E731
+        root = s(f"POST {ROUTES[service]}", "other", SPAN_KIND_SERVER, http__request__method="POST",
+                 http__route=ROUTES[service], http__response__status_code=200, user__tier=rng.choice(("free", "pro", "team")),
+                 session__id=secrets.token_hex(6))
+        network = self._leaf(s("GET auth.internal/verify", "network", SPAN_KIND_CLIENT, http__request__method="GET",
+                               server__address="auth.internal", url__full="https://auth.internal/verify",
+                               http__response__status_code=200), 3, 60)
+        preprocess = s("retrieve_context", "preprocess", SPAN_KIND_INTERNAL, retrieval__top_k=rng.choice((4, 8, 16)))
+        inference = self._chat(suffix, service, model)
+        postprocess = s("format_response", "postprocess", SPAN_KIND_INTERNAL, output__format=rng.choice(("markdown", "json")))
+        root.children = [network, preprocess, inference, postprocess]
+        extras = n - 5
+        while extras > 0:
+            choice = rng.random()
+            if choice < 0.25:
+                preprocess.children.append(self._leaf(
+                    s("vector_search", "network", SPAN_KIND_CLIENT, db__system="qdrant", server__address="qdrant:6333",
+                      db__operation__name="search", rpc__system="grpc"), 4, 80))
+            elif choice < 0.40:
+                preprocess.children.append(self._embed(suffix, service))
+            elif choice < 0.50:
+                preprocess.children.append(self._leaf(s("rerank", "preprocess", SPAN_KIND_INTERNAL, rerank__candidates=32), 5, 60))
+            elif choice < 0.60:
+                preprocess.children.append(self._leaf(s("prompt.render", "preprocess", SPAN_KIND_INTERNAL, template="answer_v3"), 1, 8))
+            elif choice < 0.75:
+                root.children.insert(-1, self._chat(suffix, service, model))  # another model turn
+            elif choice < 0.88 and extras >= 2:
+                tool = s("tool.call", "other", SPAN_KIND_INTERNAL, tool__name=rng.choice(("lookup_order", "web_search", "run_sql")))
+                tool.children.append(self._leaf(s("POST tools.internal/invoke", "network", SPAN_KIND_CLIENT,
+                                                  http__request__method="POST", server__address="tools.internal",
+                                                  url__full="https://tools.internal/invoke"), 10, 400))
+                root.children.insert(-1, tool)
+                extras -= 1
+            else:
+                postprocess.children.append(self._leaf(s("guardrail.check", "postprocess", SPAN_KIND_INTERNAL,
+                                                         guardrail__policy="pii"), 2, 40))
+            extras -= 1
+        start = self.now_ns - int(rng.uniform(120, 3600) * 1e9)
+        self._place(root, start)
+        if rng.random() < 0.03:
+            message = rng.choice(ERRORS)
+            root.status, root.status_message = "error", message
+            root.attributes["http.response.status_code"] = 502
+            inference.status, inference.status_message = "error", message
+        spans: list[Span] = []
+        self._flatten(root, 0, spans)
+        assert len(spans) == n, (len(spans), n)
+        return spans
+
+    def _place(self, span: Span, start: int) -> int:
+        """Lay children out one after the other inside their parent; returns the end."""
+        rng = self.rng
+        span.start_ns = start
+        if span.children:
+            t = start + int(rng.uniform(0.1, 1.5) * 1e6)
+            for child in span.children:
+                t = self._place(child, t) + int(rng.uniform(0, 0.5) * 1e6)
+            span.end_ns = t + int(rng.uniform(0.1, 1.0) * 1e6)
+        else:
+            span.end_ns = start + int(span.duration_ms * 1e6)
+        if span.ttft_ms is not None:
+            span.events.append(("first_token", start + int(span.ttft_ms * 1e6)))
+        return span.end_ns
+
+    def _flatten(self, span: Span, parent_k: int, out: list) -> None:
+        out.append(span)
+        span.k, span.parent_k = len(out), parent_k  # renumbered per batch
+        for child in span.children:
+            self._flatten(child, span.k, out)
+        span.children = []
+
+    def batch(self, size: int) -> list[Span]:
+        """Whole traces of 5–20 spans adding up to exactly ``size`` spans; k = 1..size."""
+        spans: list[Span] = []
+        remaining = size
+        while remaining:
+            n = self.rng.randint(5, 20)
+            if remaining <= 20:
+                n = remaining
+            elif remaining - n < 5:
+                n = remaining - 5
+            trace = self.trace(n)
+            offset = len(spans)
+            for span in trace:
+                span.k += offset
+                span.parent_k += offset if span.parent_k else 0
+            spans.extend(trace)
+            remaining -= n
+        return spans
+
+
+def _resource(service: str) -> dict:
+    return {"service.name": service, "service.version": "1.8.3", "deployment.environment": "prod",
+            "host.name": f"{service}-7f9c6d", "telemetry.sdk.language": "python"}
+
+
+def _marker_count(spans: list[Span]) -> int:
+    return sum(3 if span.parent_k else 2 for span in spans)  # trace id, span id, parent id
+
+
+def encode_native(spans: list[Span]) -> bytes:
+    marker = JSON_MARKER.decode()
+    out = []
+    for span in spans:
+        item = {"trace_id": marker + span.trace_suffix, "span_id": f"{marker}{span.k:08x}",
+                "parent_span_id": f"{marker}{span.parent_k:08x}" if span.parent_k else None,
+                "name": span.name, "phase": span.phase, "service": span.service,
+                "start_time": span.start_ns, "end_time": span.end_ns, "status": span.status,
+                "attributes": span.attributes, "resource_attributes": _resource(span.service)}
+        if span.status_message:
+            item["status_message"] = span.status_message
+        if span.model:
+            item.update(model=span.model, input_tokens=span.input_tokens, output_tokens=span.output_tokens,
+                        cost_usd=span.cost_usd)
+        if span.ttft_ms is not None:
+            item["ttft_ms"] = span.ttft_ms
+        if span.events:
+            item["events"] = [{"name": name, "time": at} for name, at in span.events]
+        out.append(item)
+    return json.dumps({"spans": out}, separators=(",", ":")).encode()
+
+
+def _set_any(value_message, value) -> None:
+    if isinstance(value, bool):
+        value_message.bool_value = value
+    elif isinstance(value, int):
+        value_message.int_value = value
+    elif isinstance(value, float):
+        value_message.double_value = value
+    else:
+        value_message.string_value = str(value)
+
+
+def _add_attributes(repeated, attributes: dict) -> None:
+    for key, value in attributes.items():
+        kv = repeated.add()
+        kv.key = key
+        _set_any(kv.value, value)
+
+
+def encode_otlp(spans: list[Span]) -> bytes:
+    """An ExportTraceServiceRequest with one ResourceSpans per service.name."""
+    request = ExportTraceServiceRequest()
+    by_service: dict[str, list[Span]] = {}
+    for span in spans:
+        by_service.setdefault(span.service, []).append(span)
+    for service, group in by_service.items():
+        resource_spans = request.resource_spans.add()
+        _add_attributes(resource_spans.resource.attributes, _resource(service))
+        scope_spans = resource_spans.scope_spans.add()
+        scope_spans.scope.name, scope_spans.scope.version = "tracedash-bench", "1.0"
+        for span in group:
+            out = scope_spans.spans.add()
+            out.trace_id = PB_MARKER + bytes.fromhex(span.trace_suffix)
+            out.span_id = PB_MARKER + span.k.to_bytes(4, "big")
+            if span.parent_k:
+                out.parent_span_id = PB_MARKER + span.parent_k.to_bytes(4, "big")
+            out.name, out.kind = span.name, span.kind
+            out.start_time_unix_nano, out.end_time_unix_nano = span.start_ns, span.end_ns
+            attributes = dict(span.attributes)
+            if span.model:
+                attributes.update({"gen_ai.operation.name": span.operation, "gen_ai.system": span.system,
+                                   "gen_ai.request.model": span.model, "gen_ai.usage.input_tokens": span.input_tokens,
+                                   "gen_ai.usage.output_tokens": span.output_tokens, "gen_ai.usage.cost": span.cost_usd})
+                if span.ttft_ms is not None:
+                    attributes["gen_ai.response.time_to_first_chunk"] = span.ttft_ms / 1000.0
+            else:
+                attributes["tracedash.phase"] = span.phase
+            _add_attributes(out.attributes, attributes)
+            for name, at in span.events:
+                event = out.events.add()
+                event.name, event.time_unix_nano = name, at
+            if span.status == "error":
+                out.status.code, out.status.message = 2, span.status_message
+    return request.SerializeToString()
+
+
+def patch_json(template: bytes, request_no: int) -> bytes:
+    return template.replace(JSON_MARKER, b"%08x" % request_no)
+
+
+def patch_otlp(template: bytes, request_no: int) -> bytes:
+    return template.replace(PB_MARKER, request_no.to_bytes(4, "big"))
+
+
+@dataclass
+class Scenario:
+    name: str
+    path: str
+    content_type: str
+    batch: int
+    templates: list[bytes]
+    patch: object  # (template, request number) -> body
+    check: object  # (answer bytes, batch size) -> bool
+
+
+def _check_json(answer: bytes, batch: int) -> bool:
+    payload = json.loads(answer)
+    return payload.get("accepted") == batch and not payload.get("rejected")
+
+
+def _check_otlp(answer: bytes, batch: int) -> bool:
+    return ExportTraceServiceResponse.FromString(answer).partial_success.rejected_spans == 0
+
+
+def build_scenarios(seed: int, pool_100: int, pool_1000: int) -> list[Scenario]:
+    """Batches of whole traces, encoded both ways (same spans for JSON and OTLP)."""
+    factory = TraceFactory(seed, time.time_ns())
+    templates: dict[tuple[str, int], list[bytes]] = {("json", 100): [], ("json", 1000): [], ("otlp", 100): [], ("otlp", 1000): []}
+    for size, count in ((100, pool_100), (1000, pool_1000)):
+        while len(templates[("json", size)]) < count:
+            spans = factory.batch(size)
+            native, proto = encode_native(spans), encode_otlp(spans)
+            expected = _marker_count(spans)
+            # A marker inside some other value (a fixed64 time, say) would be patched too: redraw.
+            if native.count(JSON_MARKER) != expected or proto.count(PB_MARKER) != expected:
+                continue
+            templates[("json", size)].append(native)
+            templates[("otlp", size)].append(proto)
+    return [
+        Scenario(f"{fmt}-{size}", "/api/v1/traces" if fmt == "json" else "/v1/traces",
+                 "application/json" if fmt == "json" else "application/x-protobuf", size,
+                 templates[(fmt, size)], patch_json if fmt == "json" else patch_otlp,
+                 _check_json if fmt == "json" else _check_otlp)
+        for fmt in ("json", "otlp") for size in (100, 1000)
+    ]
+
+
+def validate_templates(scenarios: list[Scenario], request_numbers) -> None:
+    """Run one body of each scenario through the server's own parsers: no span may be rejected."""
+    from ingest import otlp
+    from ingest.schemas import BatchIn, Limits, decode_envelope, parse_span
+
+    limits = Limits()
+    for scenario in scenarios:
+        body = scenario.patch(scenario.templates[0], next(request_numbers))
+        if scenario.content_type == "application/json":
+            rows = [parse_span(raw, project_id=1, limits=limits) for raw in decode_envelope(body, BatchIn, name="spans")]
+        else:
+            rows = [otlp.span_row(span, project_id=1, limits=limits) for span in otlp.decode_traces(body, otlp.PROTOBUF)]
+        assert len(rows) == scenario.batch, (scenario.name, len(rows))
+        assert {row["phase"] for row in rows} >= {"network", "preprocess", "inference", "postprocess", "other"}, scenario.name
+        assert any(row["ttft_ns"] for row in rows) and any(row["cost_usd"] for row in rows), scenario.name
+
+
+# --- HTTP load ---------------------------------------------------------------------------------
+@dataclass
+class Tally:
+    """One client connection's counts; read without a lock by the progress loop (stale is fine)."""
+
+    requests: int = 0
+    spans: int = 0
+    checked: int = 0
+    latencies: list = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)
+    finished: float = 0.0  # perf_counter when the connection's last request ended
+
+
+def _client(scenario: Scenario, port: int, key: str, deadline: float, request_numbers, tally: Tally, offset: int) -> None:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": scenario.content_type}
+    templates = scenario.templates
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    i = offset
+    clock = time.perf_counter
+    try:
+        while clock() < deadline:
+            body = scenario.patch(templates[i % len(templates)], next(request_numbers))
+            i += 1
+            started = clock()
+            try:
+                conn.request("POST", scenario.path, body, headers)
+                response = conn.getresponse()
+                answer = response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                tally.errors[type(exc).__name__] += 1
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                time.sleep(0.05)
+                continue
+            elapsed = clock() - started
+            if response.status != 200:
+                tally.errors[str(response.status)] += 1
+                if response.status in (429, 503):
+                    time.sleep(0.05)
+                continue
+            if tally.requests % SAMPLE_EVERY == 0:
+                tally.checked += 1
+                if not scenario.check(answer, scenario.batch):
+                    tally.errors["200 with rejected spans"] += 1
+                    continue
+            tally.requests += 1
+            tally.spans += scenario.batch
+            tally.latencies.append(elapsed)
+    finally:
+        tally.finished = clock()
+        conn.close()
+
+
+def drive(scenario: Scenario, server: Server, key: str, *, duration: float, concurrency: int, request_numbers) -> dict:
+    """``concurrency`` keep-alive connections posting for ``duration`` s; a live line on stderr."""
+    before = server.health()["checks"]["ingest"]
+    server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
+    tallies = [Tally() for _ in range(concurrency)]
+    started = time.perf_counter()
+    deadline = started + duration
+    threads = [threading.Thread(target=_client, args=(scenario, server.port, key, deadline, request_numbers, tally,
+                                                      n * len(scenario.templates) // concurrency), daemon=True)
+               for n, tally in enumerate(tallies)]
+    for thread in threads:
+        thread.start()
+    last_spans, last_time = 0, started
+    while any(thread.is_alive() for thread in threads):
+        time.sleep(0.1)
+        now = time.perf_counter()
+        if now - last_time < 1.0:
+            continue
+        requests, spans = sum(t.requests for t in tallies), sum(t.spans for t in tallies)
+        p99 = percentile(sorted(x for t in tallies for x in list(t.latencies)), 99)
+        errors = sum(sum(t.errors.values()) for t in tallies)
+        elapsed = now - started
+        sys.stderr.write(f"\r  {scenario.name:<9} {elapsed:5.1f}s  {requests / elapsed:7.1f} req/s  "
+                         f"{spans / elapsed:9,.0f} spans/s  (last 1 s: {(spans - last_spans) / (now - last_time):9,.0f})  "
+                         f"p99 {p99 * 1000 if p99 is not None else 0:7.1f} ms  errors {errors}   ")
+        sys.stderr.flush()
+        last_spans, last_time = spans, now
+    sys.stderr.write("\n")
+    wall = max(t.finished for t in tallies) - started
+    server_cpu, client_cpu = server.cpu_seconds() - server_cpu, time.process_time() - client_cpu
+    after = server.health()["checks"]["ingest"]
+
+    latencies = sorted(x for t in tallies for x in t.latencies)
+    requests, spans = sum(t.requests for t in tallies), sum(t.spans for t in tallies)
+    errors = sum((t.errors for t in tallies), Counter())
+    inserts = after["batches"] - before["batches"]
+    stored = after["rows_stored"] - before["rows_stored"]
+    body_bytes = sum(len(b) for b in scenario.templates) / len(scenario.templates)
+
+    def ms(q):
+        value = percentile(latencies, q)
+        return None if value is None else round(value * 1000, 2)
+
+    return {
+        "scenario": scenario.name, "batch_spans": scenario.batch, "body_bytes": round(body_bytes),
+        "seconds": round(wall, 2), "requests": requests, "spans_acknowledged": spans,
+        "req_per_s": round(requests / wall, 1), "spans_per_s": round(spans / wall, 1),
+        "mb_per_s": round(requests * body_bytes / wall / 1e6, 2),
+        "p50_ms": ms(50), "p90_ms": ms(90), "p99_ms": ms(99), "max_ms": ms(100),
+        "errors": sum(errors.values()), "errors_by_status": dict(errors), "answers_checked": sum(t.checked for t in tallies),
+        "server_cpu_percent": round(100 * server_cpu / wall, 1), "client_cpu_percent": round(100 * client_cpu / wall, 1),
+        "server_cpu_ms_per_1000_spans": round(1e6 * server_cpu / spans, 1) if spans else None,
+        "server_inserts": inserts, "rows_per_insert": round(stored / inserts, 1) if inserts else None,
+        "rows_spooled": after["rows_spooled"] - before["rows_spooled"],
+    }
+
+
+def wait_drained(server: Server, timeout: float = 120.0) -> dict:
+    """Until the writer holds nothing queued and the spool is empty; the last ingest check."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ingest = server.health()["checks"]["ingest"]
+        if ingest["queued_rows"] == 0 and ingest["spooled_segments"] == 0:
+            return ingest
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not drain within {timeout:.0f} s: {ingest}")
+        time.sleep(0.5)
+
+
+COUNT_SCRIPT = """
+import json, django
+django.setup()
+from store import get_store
+result = get_store().query("SELECT count(), uniqExact(trace_id, span_id) FROM spans FINAL", tag="bench.ingest.count")
+count, unique = result.rows[0]
+print(json.dumps({"count": int(count), "unique": int(unique)}))
+"""
+
+
+def stored_count(server: Server) -> dict:
+    """Counted by a separate process on the stopped server's data dir (one chdb path per process)."""
+    env = {**server.env, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = subprocess.run([sys.executable, "-c", COUNT_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=180)
+    if done.returncode != 0:
+        raise RuntimeError(f"counting the stored spans failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- the raw insert ------------------------------------------------------------------------------
+def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, seconds: float) -> dict:
+    """Parse-only rates, then ``Store.insert`` of the same rows into a chdb of this process's own."""
+    os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", TRACEDASH_DATA_DIR=str(work / "bench-settings"))
+    for name in PRODUCTION_VARIABLES:
+        if name != "DJANGO_SETTINGS_MODULE":
+            os.environ.pop(name, None)
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    from ingest import otlp
+    from ingest.schemas import BatchIn, Limits, decode_envelope, parse_span
+    from store import Store
+    from store.backends import EmbeddedBackend
+    from store.migrator import MigrationContext, migrate
+    from store.schema import SPANS
+
+    limits = Limits(max_attributes=settings.TRACEDASH_INGEST_MAX_ATTRIBUTES, max_key_bytes=settings.TRACEDASH_INGEST_MAX_KEY_BYTES,
+                    max_value_bytes=settings.TRACEDASH_INGEST_MAX_VALUE_BYTES)
+    by_name = {s.name: s for s in scenarios}
+    native, proto = by_name["json-1000"], by_name["otlp-1000"]
+    bodies = 20  # 20,000 distinct rows: two distinct 10,000-row batches
+    native_bodies = [native.patch(native.templates[i % len(native.templates)], next(request_numbers)) for i in range(bodies)]
+    proto_bodies = [proto.patch(proto.templates[i % len(proto.templates)], next(request_numbers)) for i in range(bodies)]
+
+    started = time.perf_counter()
+    rows = [parse_span(raw, project_id=1, limits=limits)
+            for body in native_bodies for raw in decode_envelope(body, BatchIn, name="spans")]
+    parse_native = len(rows) / (time.perf_counter() - started)
+    started = time.perf_counter()
+    otlp_rows = [otlp.span_row(span, project_id=1, limits=limits)
+                 for body in proto_bodies for span in otlp.decode_traces(body, otlp.PROTOBUF)]
+    parse_otlp = len(otlp_rows) / (time.perf_counter() - started)
+    del otlp_rows
+
+    store = Store(EmbeddedBackend(work / "raw" / "clickhouse", "bench_raw"))
+    migrate(store, MigrationContext(retention_days=30))
+    # A unique token per insert, as ingest.writer sends: without one, re-inserting a block already
+    # seen would be skipped by the table's block deduplication, and the rows below do repeat.
+    store.insert("spans", rows[:1000], tag="bench.raw.warmup", dedup_token=secrets.token_hex(16))
+    result = {"parse_native_spans_per_s": round(parse_native), "parse_otlp_spans_per_s": round(parse_otlp)}
+    try:
+        from store.backends import _arrow_table  # the Python half of an embedded insert
+    except ImportError:
+        _arrow_table = None
+    columns = SPANS.insert_columns
+    for size in (1000, 10_000):
+        inserted, offset, elapsed, inserts = 0, 0, 0.0, 0
+        while elapsed < seconds or inserts < 3:
+            if offset + size > len(rows):
+                offset = 0
+            batch = rows[offset:offset + size]
+            offset += size
+            started = time.perf_counter()
+            store.insert("spans", batch, tag="bench.raw", dedup_token=secrets.token_hex(16))
+            elapsed += time.perf_counter() - started
+            inserted += len(batch)
+            inserts += 1
+        result[f"raw_rows_per_s_{size}"] = round(inserted / elapsed)
+        result[f"raw_ms_per_insert_{size}"] = round(1000 * elapsed / inserts, 2)
+        if _arrow_table is not None:
+            started = time.perf_counter()
+            for _ in range(3):
+                _arrow_table([c.name for c in columns], [c.type for c in columns], rows[:size])
+            result[f"arrow_build_ms_{size}"] = round(1000 * (time.perf_counter() - started) / 3, 2)
+        log(f"  raw insert, {size:,}-row batches: {result[f'raw_rows_per_s_{size}']:,} rows/s ({inserts} inserts)")
+    store.close()
+    return result
+
+
+# --- report --------------------------------------------------------------------------------------
+def report(results: list[dict], raw: dict, check: dict, info: dict, settings: dict) -> str:
+    raw_1000 = raw.get("raw_rows_per_s_1000")
+    rows = []
+    for r in results:
+        ratio = f"{r['spans_per_s'] / raw_1000:.2f}" if raw_1000 else "-"
+        rows.append([r["scenario"], f"{r['spans_per_s']:,.0f}", f"{r['req_per_s']:,.1f}", f"{r['p50_ms'] or 0:,.1f}",
+                     f"{r['p99_ms'] or 0:,.1f}", str(r["errors"]), ratio])
+    lines = ["", f"tracedash ingest benchmark — {settings['duration']:g} s per scenario, {settings['concurrency']} "
+             f"keep-alive connections, embedded chdb (server: `manage.py serve`, rate limit off)", "",
+             table(["scenario", "spans/s ack'd", "req/s", "p50 ms", "p99 ms", "errors", "ratio to raw"], rows), ""]
+    detail = [[r["scenario"], f"{r['body_bytes'] / 1024:,.0f} KiB", f"{r['mb_per_s']:,.1f}", f"{r['server_cpu_percent']:.0f} %",
+               f"{r['client_cpu_percent']:.0f} %", f"{r['server_cpu_ms_per_1000_spans'] or 0:,.0f}",
+               str(r["server_inserts"]), f"{r['rows_per_insert'] or 0:,.0f}", f"{r['p90_ms'] or 0:,.1f}", f"{r['max_ms'] or 0:,.1f}"]
+              for r in results]
+    lines += [table(["scenario", "body", "MB/s", "server CPU", "client CPU", "server CPU ms/1k spans",
+                     "inserts", "rows/insert", "p90 ms", "max ms"], detail), ""]
+    for r in results:
+        if r["errors"]:
+            lines.append(f"errors in {r['scenario']}: {r['errors_by_status']}")
+    if raw:
+        lines += [f"raw Store.insert (Arrow into chdb, same rows, this process, server stopped): "
+                  f"{raw['raw_rows_per_s_1000']:,} rows/s at 1,000-row batches ({raw['raw_ms_per_insert_1000']} ms each), "
+                  f"{raw['raw_rows_per_s_10000']:,} rows/s at 10,000-row batches ({raw['raw_ms_per_insert_10000']} ms each)"]
+        if "arrow_build_ms_1000" in raw:
+            lines.append(f"  of which building the Arrow table: {raw['arrow_build_ms_1000']} ms per 1,000 rows, "
+                         f"{raw['arrow_build_ms_10000']} ms per 10,000 rows")
+        lines.append(f"parse only (one thread, as the server validates): native JSON {raw['parse_native_spans_per_s']:,} spans/s, "
+                     f"OTLP protobuf {raw['parse_otlp_spans_per_s']:,} spans/s")
+    if check:
+        verdict = "OK" if check["ok"] else "MISMATCH"
+        lines.append(f"stored == acknowledged: {verdict} (acknowledged {check['acknowledged']:,}, stored {check['count']:,}, "
+                     f"unique (trace_id, span_id) {check['unique']:,}; server exit code {check['server_exit']})")
+    machine_line = (f"machine: nproc {info['nproc']}, {info['cpu_model']}, Python {info['python']}, "
+                    f"{info.get('memory_gib', '?')} GiB RAM")
+    if "cgroup_cpu_limit" in info:
+        machine_line += f", cgroup CPU limit {info['cgroup_cpu_limit']}"
+    lines += [machine_line, ""]
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, help="seconds per scenario (default 20; 5 with --quick)")
+    parser.add_argument("--concurrency", type=int, default=8, help="keep-alive client connections (default 8)")
+    parser.add_argument("--data-dir", type=Path, help="where to make the temporary data dirs (default: the system's temp dir)")
+    parser.add_argument("--quick", action="store_true", help="short runs: 5 s per scenario, 1.5 s per raw batch size")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON here")
+    parser.add_argument("--keep", action="store_true", help="keep the data dirs and the server log")
+    parser.add_argument("--scenarios", default="json-100,json-1000,otlp-100,otlp-1000",
+                        help="comma-separated subset of the scenarios to run (default: all four)")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    args.scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
+    unknown = set(args.scenarios) - {"json-100", "json-1000", "otlp-100", "otlp-1000"}
+    if unknown or not args.scenarios:
+        parser.error(f"unknown scenario(s) {', '.join(sorted(unknown)) or '(none given)'}")
+    if args.duration is None:
+        args.duration = 5.0 if args.quick else 20.0
+    if args.concurrency < 1 or args.duration <= 0:
+        parser.error("--concurrency and --duration must be positive")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    raw_seconds = 1.5 if args.quick else 4.0
+    pause = 1.0 if args.quick else 3.0
+    if args.data_dir:
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="tracedash-bench-ingest-", dir=args.data_dir))
+    request_numbers = itertools.count(1)  # the per-request id prefix: unique across the whole run
+
+    log("generating traces and encoding bodies…")
+    started = time.perf_counter()
+    scenarios = build_scenarios(args.seed, pool_100=40, pool_1000=6)
+    validate_templates(scenarios, request_numbers)
+    log(f"  {sum(len(s.templates) * s.batch for s in scenarios) // 2:,} distinct spans in "
+        f"{time.perf_counter() - started:.1f} s; bodies: "
+        + ", ".join(f"{s.name} {sum(map(len, s.templates)) / len(s.templates) / 1024:,.0f} KiB" for s in scenarios))
+
+    server = Server(work / "server", env={"TRACEDASH_INGEST_RATE_LIMIT": "0", "TRACEDASH_BEAT_SAMPLE_SECONDS": "3600"})
+    results: list[dict] = []
+    check: dict = {}
+    ok = False
+    try:
+        log("starting `manage.py serve`…")
+        server.start()
+        key = server.manage("create_project", "bench").strip().splitlines()[-1]
+        log(f"  serving on {server.base} (pid {server.proc.pid}); project key {key[:12]}…")
+        for n, scenario in enumerate(s for s in scenarios if s.name in args.scenarios):
+            if n:
+                time.sleep(pause)  # let the previous scenario's merges settle
+            results.append(drive(scenario, server, key, duration=args.duration, concurrency=args.concurrency,
+                                 request_numbers=request_numbers))
+        log("waiting for the server's queue and spool to drain…")
+        drained = wait_drained(server)
+        log(f"  writer: {drained['batches']:,} inserts, {drained['rows_stored']:,} rows stored, "
+            f"{drained['rows_spooled']:,} spooled; server RSS {server.rss_bytes() / 2**20:,.0f} MiB")
+        log("stopping the server (SIGINT)…")
+        exit_code = server.stop()
+        log("counting stored spans in a separate process…")
+        counted = stored_count(server)
+        acknowledged = sum(r["spans_acknowledged"] for r in results)
+        check = {"acknowledged": acknowledged, **counted, "server_exit": exit_code,
+                 "ok": counted["count"] == acknowledged == counted["unique"]}
+        ok = True
+    except BaseException:
+        log(f"\nserver log (last lines, {server.log_path}):\n{server.log_tail()}")
+        log(f"data dirs kept in {work}")
+        raise
+    finally:
+        server.stop()
+
+    raw: dict = {}
+    try:
+        log("raw insert of the same rows in this process…")
+        raw = measure_raw(scenarios, work, request_numbers, seconds=raw_seconds)
+    finally:
+        info = machine()
+        settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick}
+        print(report(results, raw, check, info, settings), flush=True)
+        if args.json:
+            payload = {"settings": settings, "machine": info, "scenarios": results, "raw": raw, "check": check}
+            args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        if args.keep:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok and check.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

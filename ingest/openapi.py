@@ -1,0 +1,404 @@
+"""OpenAPI 3.1 description of the ingest API, served (public, no key) at ``/api/openapi.json``.
+
+The item schemas (``Span``, ``Event``, ``ResourceSample``, ``Process``) are derived from the msgspec
+structs that validate the payloads (``ingest.schemas``), so types, patterns and ranges cannot drift
+from what the server checks; this module only renames them, adds titles and descriptions (the
+README's "Sending traces" table) and documents the rules that code, not the structs, enforces.
+The document is built once per process.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+
+import msgspec
+from django.http import HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from .http import ApiError
+from .schemas import (_RFC3339, MAX_DURATION_NS, MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_TIME_NS, MIN_TIME_NS, Limits,
+                      ResourceSampleIn, SpanIn)
+
+REF = "#/components/schemas/{name}"
+JSON = "application/json"
+PROTOBUF = "application/x-protobuf"
+
+# msgspec struct name -> component name
+_RENAMES = {"SpanIn": "Span", "EventIn": "Event", "ResourceSampleIn": "ResourceSample", "ProcessIn": "Process"}
+
+_LIMITS = Limits()
+_TIME = ("RFC 3339 text (nanoseconds kept), e.g. `2026-11-30T12:00:00.200Z`, or integer unix nanoseconds; "
+         "between 2000-01-01 and 2200-01-01")
+_ATTRIBUTES = (f"Object; nested objects become dotted keys, lists JSON text, all values strings (at most "
+               f"{_LIMITS.max_attributes} keys, keys ≤ {_LIMITS.max_key_bytes} bytes, values ≤ "
+               f"{_LIMITS.max_value_bytes // 1024} KiB, nested at most 8 levels deep).")
+
+_DESCRIPTIONS: dict[str, tuple[str, dict[str, str]]] = {
+    "Span": (
+        "One span. Each span of a batch is validated on its own: a bad one is listed in `rejected` "
+        "and the others are stored. Unknown fields are ignored. The project is the key's, whatever "
+        "the payload says.",
+        {
+            "trace_id": "Trace id: 32 lowercase hex characters, not all zero.",
+            "span_id": "Span id: 16 lowercase hex characters, not all zero.",
+            "parent_span_id": "The parent span's id: 16 lowercase hex characters, or `null`/absent (or empty) "
+                              "for the root span. A span cannot be its own parent.",
+            "name": f"Span name: required, non-empty (not only whitespace), at most {MAX_NAME_CHARS} characters.",
+            "start_time": f"Start of the span: {_TIME}.",
+            "end_time": f"End of the span: {_TIME}; not before `start_time`. Either `end_time` or "
+                        f"`duration_ms` is required (`end_time` wins when both are sent).",
+            "duration_ms": f"Duration in milliseconds, non-negative, at most {MAX_DURATION_NS // 10**9 // 86400} "
+                           f"days; may replace `end_time`.",
+            "phase": "`network`, `preprocess`, `inference`, `postprocess` or `other` (default).",
+            "service": f"Service name (defaults to `unknown`), at most {MAX_LABEL_CHARS} characters.",
+            "model": f"Model name, at most {MAX_LABEL_CHARS} characters.",
+            "status": "`ok` (default) or `error`.",
+            "status_message": f"The error's text, at most {_LIMITS.max_value_bytes} characters.",
+            "ttft_ms": "Time to first token in milliseconds; a non-negative number. Absent means unknown, never 0.",
+            "input_tokens": "Input (prompt) tokens; a non-negative whole number. Absent means unknown, never 0.",
+            "output_tokens": "Output (completion) tokens; a non-negative whole number. Absent means unknown, never 0.",
+            "cost_usd": "Cost in US dollars; a non-negative number. Absent means unknown, never 0.",
+            "attributes": "The span's attributes. " + _ATTRIBUTES,
+            "resource_attributes": "Attributes of the resource (process, host) that produced the span. " + _ATTRIBUTES,
+            "resource": "Alias of `resource_attributes`, used when `resource_attributes` is absent.",
+            "events": f"Events within the span (at most {_LIMITS.max_events}), each `{{\"name\", \"time\", "
+                      f"\"attributes\"}}`.",
+        },
+    ),
+    "Event": (
+        "A point in time within a span, e.g. `first_token`. Unknown fields are ignored.",
+        {
+            "name": f"Event name: non-empty, at most {MAX_LABEL_CHARS} characters.",
+            "time": f"When it happened: {_TIME}.",
+            "attributes": "The event's attributes. " + _ATTRIBUTES,
+        },
+    ),
+    "ResourceSample": (
+        "One resource sample: host-level (CPU, memory; `gpu_index` -1) or one GPU's. Each sample of a "
+        "batch is validated on its own. Unknown fields are ignored.",
+        {
+            "host": f"Host name: required, non-empty, at most {MAX_LABEL_CHARS} characters.",
+            "time": f"When the sample was taken: {_TIME}.",
+            "gpu_index": "The GPU's index on the host, or -1 (default) for a host-level sample.",
+            "gpu_uuid": f"The GPU's UUID, at most {MAX_LABEL_CHARS} characters.",
+            "gpu_name": f"The GPU's model name, at most {MAX_LABEL_CHARS} characters.",
+            "gpu_utilization": "GPU utilization in percent, 0 to 100.",
+            "gpu_memory_used": "GPU memory in use, in bytes; not more than `gpu_memory_total` when both are sent.",
+            "gpu_memory_total": "GPU memory, in bytes.",
+            "gpu_temperature": "GPU temperature in degrees Celsius, -100 to 300.",
+            "gpu_power_watts": "GPU power draw in watts, 0 to 100000.",
+            "cpu_percent": "Host CPU utilization in percent, 0 to 100.",
+            "memory_used": "Host memory in use, in bytes; not more than `memory_total` when both are sent.",
+            "memory_total": "Host memory, in bytes.",
+            "processes": "Processes holding GPU memory (at most 1024).",
+        },
+    ),
+    "Process": (
+        "A process holding GPU memory. Unknown fields are ignored.",
+        {
+            "pid": "Process id, 0 to 4294967295.",
+            "gpu_memory": "GPU memory the process holds, in bytes.",
+            "name": f"Process name, at most {MAX_LABEL_CHARS} characters.",
+        },
+    ),
+}
+
+_ERROR_CODES = {
+    400: "`invalid_json`, `invalid_utf8`, `invalid_payload` (not an object with the list; `details` names it), "
+         "`invalid_spans` / `invalid_samples` (every item was rejected; `details` lists them like `rejected`), "
+         "`bad_gzip`, `bad_content_length`",
+    401: "`missing_key`, `bad_authorization`, `invalid_key` (unknown or revoked)",
+    405: "`method_not_allowed`",
+    413: "`body_too_large` (over the body limit, 10 MiB by default, also after gunzip; a gzip bomb is "
+         "stopped without inflating it), `too_many_items` (over the item limit, 10,000 by default)",
+    415: "`unsupported_media_type` (wrong `Content-Type`), `unsupported_encoding` (a `Content-Encoding` "
+         "other than gzip)",
+    429: "`rate_limited`: the key sent more items per second than allowed",
+    503: "`overloaded`, `spool_full`, `store_unavailable`: the data was not stored; retry later",
+}
+
+
+def _rename_refs(node):
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                name = value.rsplit("/", 1)[-1]
+                value = REF.format(name=_RENAMES.get(name, name))
+            out[key] = _rename_refs(value)
+        return out
+    if isinstance(node, list):
+        return [_rename_refs(item) for item in node]
+    return node
+
+
+def _branches(prop: dict) -> list[dict]:
+    return prop["anyOf"] if "anyOf" in prop else [prop]
+
+
+def _branch(prop: dict, type_: str) -> dict:
+    return next(b for b in _branches(prop) if b.get("type") == type_)
+
+
+def _item_schemas() -> dict[str, dict]:
+    _, components = msgspec.json.schema_components([SpanIn, ResourceSampleIn], ref_template=REF)
+    schemas = {_RENAMES[name]: _rename_refs(schema) for name, schema in components.items()}
+    for name, (description, fields) in _DESCRIPTIONS.items():
+        schema = schemas[name]
+        missing = set(schema["properties"]) ^ set(fields)
+        if missing:  # a field added to a struct needs its description here
+            raise RuntimeError(f"OpenAPI descriptions and {name} fields differ: {sorted(missing)}")
+        schema["title"] = name
+        schema["description"] = description
+        schema["additionalProperties"] = True  # unknown fields are ignored
+        for field, text in fields.items():
+            schema["properties"][field] = {"title": field, "description": text, **schema["properties"][field]}
+
+    # Rules the code enforces beyond the structs' types.
+    for name, fields in (("Span", ("start_time", "end_time")), ("Event", ("time",)), ("ResourceSample", ("time",))):
+        for field in fields:
+            prop = schemas[name]["properties"][field]
+            _branch(prop, "integer").update(minimum=MIN_TIME_NS, exclusiveMaximum=MAX_TIME_NS)
+            _branch(prop, "string")["pattern"] = _RFC3339.pattern
+    span = schemas["Span"]["properties"]
+    _branch(span["parent_span_id"], "string")["pattern"] = "^([0-9a-f]{16})?$"
+    _branch(span["status_message"], "string")["maxLength"] = _LIMITS.max_value_bytes
+    _branch(span["duration_ms"], "number")["maximum"] = MAX_DURATION_NS / 1_000_000
+    _branch(span["events"], "array")["maxItems"] = _LIMITS.max_events
+    for field in ("attributes", "resource_attributes", "resource"):
+        _branch(span[field], "object")["maxProperties"] = _LIMITS.max_attributes
+    _branch(schemas["Event"]["properties"]["attributes"], "object")["maxProperties"] = _LIMITS.max_attributes
+    return schemas
+
+
+def _error_response(status: int, summary: str, *headers: str) -> dict:
+    response = {
+        "description": f"{summary}. Codes: {_ERROR_CODES[status]}.",
+        "content": {JSON: {"schema": {"$ref": REF.format(name="Error")}}},
+    }
+    if headers:
+        response["headers"] = {h: {"$ref": f"#/components/headers/{h}"} for h in headers}
+    return response
+
+
+def _native_operation(*, summary: str, description: str, field: str, item: str, operation_id: str) -> dict:
+    return {
+        "tags": ["native"],
+        "operationId": operation_id,
+        "summary": summary,
+        "description": description,
+        "security": [{"bearerAuth": []}],
+        "parameters": [{"$ref": "#/components/parameters/ContentEncoding"}],
+        "requestBody": {
+            "required": True,
+            "description": f"A JSON object with the list of {field} (unknown top-level fields are ignored); "
+                           f"gzip-compressed when sent with `Content-Encoding: gzip`.",
+            "content": {JSON: {"schema": {
+                "type": "object",
+                "required": [field],
+                "additionalProperties": True,
+                "properties": {field: {
+                    "type": "array",
+                    "description": f"At most 10,000 {field} by default (`TRACEDASH_INGEST_MAX_SPANS`).",
+                    "items": {"$ref": REF.format(name=item)},
+                }},
+            }}},
+        },
+        "responses": {
+            "200": {
+                "description": f"Every valid {item} is stored (a 200 means they are in ClickHouse or in the "
+                               f"server's fsync'd spool); invalid ones are listed by index in `rejected`.",
+                "content": {JSON: {"schema": {"$ref": REF.format(name="IngestResult")}}},
+            },
+            "400": _error_response(400, f"Malformed request, or every {item} was rejected"),
+            "401": _error_response(401, "Missing, malformed, unknown or revoked key", "WWW-Authenticate"),
+            "405": _error_response(405, "Not a POST", "Allow"),
+            "413": _error_response(413, "Body or batch too large"),
+            "415": _error_response(415, "Wrong content type or encoding"),
+            "429": _error_response(429, "Rate limited", "Retry-After"),
+            "503": _error_response(503, "The store cannot take the write now", "Retry-After"),
+        },
+    }
+
+
+def _otlp_operation(*, signal: str, request: str, response: str, operation_id: str) -> dict:
+    return {
+        "tags": ["otlp"],
+        "operationId": operation_id,
+        "summary": f"OTLP/HTTP {signal} export",
+        "description": f"An OpenTelemetry `{request}`, as protobuf or in OTLP's JSON mapping (see docs/otlp.md "
+                       f"for how it maps onto tracedash's fields). Same key, body limits and gzip support as the "
+                       f"native API. Points or spans that cannot be stored are counted in the response's "
+                       f"`partial_success`.",
+        "security": [{"bearerAuth": []}],
+        "parameters": [{"$ref": "#/components/parameters/ContentEncoding"}],
+        "requestBody": {
+            "required": True,
+            "description": f"`{request}` (opentelemetry-proto).",
+            "content": {PROTOBUF: {}, JSON: {}},
+        },
+        "responses": {
+            "200": {
+                "description": f"`{response}`, in the request's encoding.",
+                "content": {PROTOBUF: {}, JSON: {}},
+            },
+            "400": _error_response(400, "Malformed request (code `invalid_otlp` for a body that does not decode)"),
+            "401": _error_response(401, "Missing, malformed, unknown or revoked key", "WWW-Authenticate"),
+            "405": _error_response(405, "Not a POST", "Allow"),
+            "413": _error_response(413, "Body or batch too large"),
+            "415": _error_response(415, "Wrong content type or encoding"),
+            "429": _error_response(429, "Rate limited", "Retry-After"),
+            "503": _error_response(503, "The store cannot take the write now", "Retry-After"),
+        },
+    }
+
+
+def _build() -> dict:
+    schemas = _item_schemas()
+    schemas["IngestResult"] = {
+        "title": "IngestResult",
+        "description": "The answer to a batch: how many items were stored, and the rejected ones by index.",
+        "type": "object",
+        "required": ["accepted", "rejected"],
+        "properties": {
+            "accepted": {"type": "integer", "minimum": 0, "description": "Items stored."},
+            "rejected": {
+                "type": "array",
+                "description": "Items that were not stored, in batch order.",
+                "items": {
+                    "type": "object",
+                    "required": ["index", "field", "message"],
+                    "properties": {
+                        "index": {"type": "integer", "minimum": 0, "description": "Position in the batch."},
+                        "field": {"type": "string", "description": "The field at fault, e.g. `span_id`, "
+                                  "`events[0].time`, `attributes.http.route`; the item kind (`span`, `sample`) "
+                                  "when the item is not an object."},
+                        "message": {"type": "string", "minLength": 1, "description": "What is wrong with it."},
+                    },
+                },
+            },
+        },
+        "example": {"accepted": 1, "rejected": [
+            {"index": 1, "field": "span_id", "message": "Expected `str` matching regex '^[0-9a-f]{16}$'"}]},
+    }
+    schemas["Error"] = {
+        "title": "Error",
+        "description": "Every error answer of the ingest API.",
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {
+            "type": "object",
+            "required": ["code", "message", "details"],
+            "properties": {
+                "code": {"type": "string", "description": "Stable, machine-readable code, e.g. `invalid_json`."},
+                "message": {"type": "string", "minLength": 1, "description": "What went wrong, for people."},
+                "details": {
+                    "type": "array",
+                    "description": "Per-field problems (e.g. every rejected item of an `invalid_spans` answer); "
+                                   "often empty.",
+                    "items": {
+                        "type": "object",
+                        "required": ["field", "message"],
+                        "properties": {
+                            "index": {"type": "integer", "minimum": 0},
+                            "field": {"type": "string"},
+                            "message": {"type": "string"},
+                        },
+                    },
+                },
+            },
+        }},
+        "example": {"error": {"code": "invalid_json", "message": "body is not valid JSON: ...", "details": []}},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "tracedash ingest API",
+            "version": "1",
+            "description": "Send spans and resource samples to tracedash: the native JSON API (`/api/v1/...`) "
+                           "or OTLP/HTTP (`/v1/...`). Every request carries the project's ingest key as "
+                           "`Authorization: Bearer <key>`. Errors are JSON, `{\"error\": {\"code\", \"message\", "
+                           "\"details\"}}`.",
+        },
+        "tags": [
+            {"name": "native", "description": "tracedash's JSON format."},
+            {"name": "otlp", "description": "OpenTelemetry OTLP/HTTP."},
+        ],
+        "paths": {
+            "/api/v1/traces": {"post": _native_operation(
+                operation_id="ingestTraces", summary="Send spans", field="spans", item="Span",
+                description="A JSON batch of spans. Valid spans are stored and the answer lists the rejected "
+                            "ones by index; when every span is rejected the answer is a 400 `invalid_spans`.")},
+            "/api/v1/resources": {"post": _native_operation(
+                operation_id="ingestResources", summary="Send resource samples", field="samples",
+                item="ResourceSample",
+                description="A JSON batch of host and GPU resource samples. Valid samples are stored and the "
+                            "answer lists the rejected ones by index; when every sample is rejected the answer "
+                            "is a 400 `invalid_samples`.")},
+            "/v1/traces": {"post": _otlp_operation(
+                signal="traces", request="ExportTraceServiceRequest", response="ExportTraceServiceResponse",
+                operation_id="otlpTraces")},
+            "/v1/metrics": {"post": _otlp_operation(
+                signal="metrics", request="ExportMetricsServiceRequest", response="ExportMetricsServiceResponse",
+                operation_id="otlpMetrics")},
+            "/api/openapi.json": {"get": {
+                "tags": ["native"],
+                "operationId": "openapi",
+                "summary": "This document",
+                "security": [],
+                "responses": {"200": {"description": "The OpenAPI document.",
+                                      "content": {JSON: {"schema": {"type": "object"}}}}},
+            }},
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearerAuth": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "The project's ingest key (shown once when the project or key is created).",
+            }},
+            "parameters": {"ContentEncoding": {
+                "name": "Content-Encoding",
+                "in": "header",
+                "required": False,
+                "description": "`gzip` for a gzip-compressed body; absent or `identity` for none. Anything else "
+                               "is a 415 `unsupported_encoding`.",
+                "schema": {"type": "string", "enum": ["gzip", "identity"]},
+            }},
+            "headers": {
+                "Retry-After": {"description": "Seconds to wait before retrying.",
+                                "schema": {"type": "integer", "minimum": 1}},
+                "WWW-Authenticate": {"description": "`Bearer`, with `error=\"invalid_token\"` for an unknown key.",
+                                     "schema": {"type": "string"}},
+                "Allow": {"description": "`POST`.", "schema": {"type": "string"}},
+            },
+        },
+    }
+
+
+@functools.cache
+def _document() -> dict:
+    return _build()
+
+
+@functools.cache
+def _document_bytes() -> bytes:
+    return json.dumps(_document(), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def document() -> dict:
+    """The OpenAPI document (built once; each caller gets its own copy)."""
+    return copy.deepcopy(_document())
+
+
+@csrf_exempt
+def openapi_json(request):
+    """``GET /api/openapi.json``: the document, public (it describes the API, not any project's data)."""
+    if request.method not in ("GET", "HEAD"):
+        return ApiError(405, "method_not_allowed", "use GET", headers={"Allow": "GET, HEAD"}).response()
+    return HttpResponse(_document_bytes(), content_type=JSON)
+
+
+__all__ = ["document", "openapi_json"]
