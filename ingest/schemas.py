@@ -96,6 +96,10 @@ def flatten_attributes(value, field: str, limits: Limits) -> dict[str, str]:
     if type(value) is not dict:
         raise FieldError(field, f"expected an object of key/value pairs, got {type(value).__name__}")
     max_key, max_value, max_count = limits.max_key_bytes, limits.max_value_bytes, limits.max_attributes
+    # Fast path, the common case: a flat map of short strings needs no copy and no encoding.
+    if (len(value) <= max_count and all(type(v) is str for v in value.values())
+            and max(map(len, value.values())) * 4 <= max_value and max(map(len, value)) * 4 <= max_key):
+        return value
     out: dict[str, str] = {}
     stack = [("", value, 0)]
     while stack:
@@ -115,7 +119,7 @@ def flatten_attributes(value, field: str, limits: Limits) -> dict[str, str]:
             elif kind is int:
                 text = str(item)
             elif kind is float:
-                text = json.dumps(item)
+                text = repr(item)  # JSON numbers are finite; repr is their JSON form
             elif item is None:
                 text = ""
             elif kind is list:
