@@ -213,13 +213,20 @@ def _native_operation(*, summary: str, description: str, field: str, item: str, 
                 "content": {JSON: {"schema": {"$ref": REF.format(name="IngestResult")}}},
             },
             "400": _error_response(400, f"Malformed request, or every {item} was rejected"),
-            "401": _error_response(401, "Missing, malformed, unknown or revoked key", "WWW-Authenticate"),
-            "405": _error_response(405, "Not a POST", "Allow"),
-            "413": _error_response(413, "Body or batch too large"),
-            "415": _error_response(415, "Wrong content type or encoding"),
-            "429": _error_response(429, "Rate limited", "Retry-After"),
-            "503": _error_response(503, "The store cannot take the write now", "Retry-After"),
+            **_ingest_errors(),
         },
+    }
+
+
+def _ingest_errors() -> dict:
+    """The error answers every ingest endpoint shares (besides its own 400)."""
+    return {
+        "401": _error_response(401, "Missing, malformed, unknown or revoked key", "WWW-Authenticate"),
+        "405": _error_response(405, "Not a POST", "Allow"),
+        "413": _error_response(413, "Body or batch too large"),
+        "415": _error_response(415, "Wrong content type or encoding"),
+        "429": _error_response(429, "Rate limited", "Retry-After"),
+        "503": _error_response(503, "The store cannot take the write now", "Retry-After"),
     }
 
 
@@ -245,12 +252,7 @@ def _otlp_operation(*, signal: str, request: str, response: str, operation_id: s
                 "content": {PROTOBUF: {}, JSON: {}},
             },
             "400": _error_response(400, "Malformed request (code `invalid_otlp` for a body that does not decode)"),
-            "401": _error_response(401, "Missing, malformed, unknown or revoked key", "WWW-Authenticate"),
-            "405": _error_response(405, "Not a POST", "Allow"),
-            "413": _error_response(413, "Body or batch too large"),
-            "415": _error_response(415, "Wrong content type or encoding"),
-            "429": _error_response(429, "Rate limited", "Retry-After"),
-            "503": _error_response(503, "The store cannot take the write now", "Retry-After"),
+            **_ingest_errors(),
         },
     }
 

@@ -154,23 +154,30 @@ def _list(container: dict, key: str) -> list:
 
 
 # --- traces ----------------------------------------------------------------------------------
-def decode_traces(body: bytes, content_type: str) -> list[OtlpSpan]:
+def _decode(body: bytes, content_type: str, from_proto, from_json, what: str) -> list:
     try:
-        if content_type == PROTOBUF:
-            return _traces_from_proto(body)
-        return _traces_from_json(body)
+        return from_proto(body) if content_type == PROTOBUF else from_json(body)
     except RecursionError:
         raise OtlpDecodeError("payload is nested too deeply") from None
     except (AttributeError, TypeError, ValueError) as exc:
-        raise OtlpDecodeError(f"malformed OTLP trace request: {exc}") from None
+        raise OtlpDecodeError(f"malformed OTLP {what} request: {exc}") from None
+
+
+def _parse_proto(message_class, body: bytes):
+    message = message_class()
+    try:
+        message.ParseFromString(body)
+    except ProtobufDecodeError as exc:
+        raise OtlpDecodeError(f"body is not a valid {message_class.__name__}: {exc}") from None
+    return message
+
+
+def decode_traces(body: bytes, content_type: str) -> list[OtlpSpan]:
+    return _decode(body, content_type, _traces_from_proto, _traces_from_json, "trace")
 
 
 def _traces_from_proto(body: bytes) -> list[OtlpSpan]:
-    request = ExportTraceServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except ProtobufDecodeError as exc:
-        raise OtlpDecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from None
+    request = _parse_proto(ExportTraceServiceRequest, body)
     spans = []
     for resource_spans in request.resource_spans:
         resource = _proto_attributes(resource_spans.resource.attributes)
@@ -334,22 +341,11 @@ def trace_response(rejected: list[dict]) -> ExportTraceServiceResponse:
 
 # --- metrics ---------------------------------------------------------------------------------
 def decode_metrics(body: bytes, content_type: str) -> list[OtlpPoint]:
-    try:
-        if content_type == PROTOBUF:
-            return _metrics_from_proto(body)
-        return _metrics_from_json(body)
-    except RecursionError:
-        raise OtlpDecodeError("payload is nested too deeply") from None
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise OtlpDecodeError(f"malformed OTLP metrics request: {exc}") from None
+    return _decode(body, content_type, _metrics_from_proto, _metrics_from_json, "metrics")
 
 
 def _metrics_from_proto(body: bytes) -> list[OtlpPoint]:
-    request = ExportMetricsServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except ProtobufDecodeError as exc:
-        raise OtlpDecodeError(f"body is not a valid ExportMetricsServiceRequest: {exc}") from None
+    request = _parse_proto(ExportMetricsServiceRequest, body)
     points = []
     for resource_metrics in request.resource_metrics:
         resource = _proto_attributes(resource_metrics.resource.attributes)

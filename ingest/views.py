@@ -139,16 +139,23 @@ def _otlp_response(content_type: str, message) -> HttpResponse:
     return HttpResponse(otlp.encode_response(message, content_type), content_type=content_type)
 
 
+async def _otlp_begin(request, decode, noun: str):
+    """Key, encoding and decoded items of an OTLP request (count and rate limits applied)."""
+    key, content_type, body = await _begin(request, (PROTOBUF, JSON))
+    try:
+        items = decode(body, content_type)
+    except otlp.OtlpDecodeError as exc:
+        raise ApiError(400, "invalid_otlp", str(exc)) from None
+    _admit(key, len(items), noun)
+    return key, content_type, items
+
+
 @csrf_exempt
 async def otlp_traces(request):
     try:
-        key, content_type, body = await _begin(request, (PROTOBUF, JSON))
-        try:
-            spans = otlp.decode_traces(body, content_type)
-        except otlp.OtlpDecodeError as exc:
-            raise ApiError(400, "invalid_otlp", str(exc)) from None
-        _admit(key, len(spans), "spans")
-        rows, rejected = _parse_all(spans, lambda span: otlp.span_row(span, project_id=key.project_id, limits=_limits()))
+        key, content_type, spans = await _otlp_begin(request, otlp.decode_traces, "spans")
+        limits = _limits()
+        rows, rejected = _parse_all(spans, lambda span: otlp.span_row(span, project_id=key.project_id, limits=limits))
         await _write("spans", rows)
         await traces_notify_async(project_id=key.project_id, rows=rows)
         return _otlp_response(content_type, otlp.trace_response(rejected))
@@ -159,12 +166,7 @@ async def otlp_traces(request):
 @csrf_exempt
 async def otlp_metrics(request):
     try:
-        key, content_type, body = await _begin(request, (PROTOBUF, JSON))
-        try:
-            points = otlp.decode_metrics(body, content_type)
-        except otlp.OtlpDecodeError as exc:
-            raise ApiError(400, "invalid_otlp", str(exc)) from None
-        _admit(key, len(points), "data points")
+        key, content_type, points = await _otlp_begin(request, otlp.decode_metrics, "data points")
         rows, rejected = otlp.resource_rows(points, project_id=key.project_id)
         await _write("resource_samples", rows)
         return _otlp_response(content_type, otlp.metrics_response(rejected))
