@@ -33,7 +33,8 @@ def free_port() -> int:
 def embedded_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """This process's environment without the production variables, on ``data_dir``."""
     env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
-    env.update(TRACEDASH_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", **extra)
+    # No demo workload: benchmarks count every span they send and nothing else.
+    env.update(TRACEDASH_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", TRACEDASH_DEMO="0", **extra)
     return env
 
 

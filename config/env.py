@@ -30,6 +30,7 @@ VARIABLES: dict[str, str] = {
     "TRACEDASH_INGEST_MAX_SPANS": "most spans (or resource samples) in one ingest request; default 10000",
     "TRACEDASH_INGEST_RATE_LIMIT": "spans per second one ingest key may send (bursts of 2 s allowed); 0 = no limit; default 200000",
     "TRACEDASH_INGEST_SPOOL_MAX_MB": "disk the ingest spool may use while ClickHouse is down, then 503; default 1024",
+    "TRACEDASH_DEMO": "1 (default) runs the demo workload and LLM simulator inside `make run`; 0 turns it off",
     "HOST": "address `make run` binds; default 127.0.0.1",
     "PORT": "port `make run` binds; default 8000",
 }
@@ -72,6 +73,7 @@ class Env:
     ingest_max_spans: int
     ingest_rate_limit: int
     ingest_spool_max_bytes: int
+    demo: bool
     host: str
     port: int
 
@@ -104,8 +106,8 @@ def _positive_int(environ, name: str, default: int, *, minimum: int = 1, maximum
     return value
 
 
-def _flag(environ, name: str) -> bool:
-    raw = (_get(environ, name) or "0").lower()
+def _flag(environ, name: str, default: str = "0") -> bool:
+    raw = (_get(environ, name) or default).lower()
     if raw in ("1", "true", "yes", "on"):
         return True
     if raw in ("0", "false", "no", "off"):
@@ -263,6 +265,7 @@ def load(environ=None) -> Env:
         ingest_max_spans=_positive_int(environ, "TRACEDASH_INGEST_MAX_SPANS", 10_000, maximum=1_000_000),
         ingest_rate_limit=_positive_int(environ, "TRACEDASH_INGEST_RATE_LIMIT", 200_000, minimum=0),
         ingest_spool_max_bytes=_positive_int(environ, "TRACEDASH_INGEST_SPOOL_MAX_MB", 1024, maximum=10**7) * 1024 * 1024,
+        demo=_flag(environ, "TRACEDASH_DEMO", "1"),
         host=host,
         port=_positive_int(environ, "PORT", 8000, maximum=65535),
     )

@@ -44,7 +44,7 @@ class Server:
         self.env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
         self.env.update(TRACEDASH_DATA_DIR=str(data_dir), PORT=str(port), PYTHONUNBUFFERED="1",
                         TRACEDASH_TEST_OUTAGE_FILE=str(outage_file), TRACEDASH_INGEST_RATE_LIMIT="0",
-                        TRACEDASH_BEAT_SAMPLE_SECONDS="3600")
+                        TRACEDASH_BEAT_SAMPLE_SECONDS="3600", TRACEDASH_DEMO="0")
         self.base = f"http://127.0.0.1:{port}"
         self.log = open(data_dir.parent / f"server-{time.time_ns()}.log", "w")
         self.proc = subprocess.Popen([sys.executable, "tests/support/serve_with_outages.py"], cwd=ROOT, env=self.env,

@@ -115,6 +115,12 @@ def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
         html = opener.open(f"{server.base}/traces/?project={project_id}").read().decode()
         assert spans[0]["trace_id"] in html and "served-request" in html
         assert opener.open(server.base + "/static/tracedash/app.css").status == 200
+        # The demo workload (on by default) fills the first project with traces within a minute.
+        assert "demo workload sending traces to project 'default'" in server.output()
+        deadline = time.monotonic() + 60
+        while "POST /v1/chat" not in opener.open(f"{server.base}/traces/?project=1").read().decode():
+            assert time.monotonic() < deadline, "no demo trace on /traces/ after 60 s"
+            time.sleep(1)
     finally:
         code = server.interrupt()
     assert code == 0, server.output()

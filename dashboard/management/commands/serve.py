@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from store import StoreError, get_store
 
 log = logging.getLogger("tracedash.serve")
+DEMO_KEY_NAME = "demo (make run)"
 
 
 class Command(BaseCommand):
@@ -64,6 +65,7 @@ class Command(BaseCommand):
 
             beat = EmbeddedBeat(app, settings.CELERY_BEAT_SCHEDULE)
             beat.start()
+        demo = self._start_demo(host, port) if settings.ENV.demo and embedded else None
         shown = f"[{host}]" if ":" in host else host
         self.stdout.write(self.style.SUCCESS(f"tracedash: serving on http://{shown}:{port}/  (Ctrl-C stops)"))
         self.stdout.flush()
@@ -74,6 +76,8 @@ class Command(BaseCommand):
                 lifespan="off", log_level="info", proxy_headers=True, access_log=False,
             )
         finally:
+            if demo is not None:
+                demo.stop()
             if beat is not None:
                 beat.stop()
             if writer is not None:
@@ -82,6 +86,25 @@ class Command(BaseCommand):
                 stop_writer()  # writes what is queued (or spools it) before the store closes
             store.close()
             self.stdout.write("tracedash: stopped.")
+
+    def _start_demo(self, host, port):
+        """The demo workload (simulated LLM chat service + OpenAI-compatible simulator), sending
+        its traces through this server's own ingestion API with a fresh key of the first project."""
+        from demo.runner import start_demo
+        from projects.models import ApiKey, Project
+        from projects.services import api_key_create, api_key_revoke
+
+        project = Project.objects.order_by("pk").first()
+        if project is None:
+            return None
+        for old in ApiKey.objects.filter(project=project, name=DEMO_KEY_NAME, revoked_at__isnull=True):
+            api_key_revoke(key=old)  # each start makes its own; yesterday's is no longer needed
+        _, key = api_key_create(project=project, name=DEMO_KEY_NAME)
+        local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        demo = start_demo(endpoint=f"http://{'[' + local + ']' if ':' in local else local}:{port}", api_key=key, loop=True)
+        self.stdout.write(f"tracedash: demo workload sending traces to project {project.name!r} "
+                          f"(LLM simulator on {demo.simulator.url}; TRACEDASH_DEMO=0 turns it off)")
+        return demo
 
     def _ensure_local_admin(self, host, port):
         from projects.services import local_admin_ensure
