@@ -173,5 +173,5 @@ def test_instrumented_openai_client(asgi_server, project_with_key):
             "inference", "gpt-4o-mini-2024-07-18", 12, 5)
         assert span["attributes"]["finish_reason"] == "stop" and span["status"] == "ok"
     assert plain["ttft_ns"] is None
-    assert 60 <= streamed["ttft_ns"] / 1e6 < 100 and streamed["event_names"] == ["first_token"]
+    assert 60 <= streamed["ttft_ns"] / 1e6 < 200 and streamed["event_names"] == ["first_token"]
     assert streamed["attributes"]["gen_ai.request.model"] == "gpt-4o"

@@ -60,7 +60,7 @@ def test_durations_are_monotonic_exact(memory):
     with tracer.span("sleep"):
         time.sleep(0.05)
     (span,) = exporter.spans
-    assert 50e6 <= span.duration_ns < 150e6
+    assert 50e6 <= span.duration_ns < 400e6
 
 
 def test_children_always_lie_within_their_parents(memory):
@@ -260,7 +260,7 @@ def test_stream_records_ttft_and_tokens(memory):
     with tracer.span("llm", phase="inference") as span:
         out = "".join(td.stream(chunks(), count_tokens=lambda c: len(c.split())))
     assert out == "Hello big world"
-    assert 50 <= span.ttft_ms < 90 and span.output_tokens == 3
+    assert 50 <= span.ttft_ms < 200 and span.output_tokens == 3
     assert [e[0] for e in span.events] == ["first_token"]
     assert span.events[0][1] - span.start_time == pytest.approx(span.ttft_ms * 1e6, abs=1)
 
@@ -274,7 +274,7 @@ def test_stream_records_ttft_and_tokens(memory):
             return [c async for c in td.astream(achunks())], aspan
 
     result, aspan = asyncio.run(run())
-    assert result == ["a", "b"] and 30 <= aspan.ttft_ms < 70 and aspan.output_tokens == 2
+    assert result == ["a", "b"] and 30 <= aspan.ttft_ms < 180 and aspan.output_tokens == 2
     assert list(td.stream(iter([1, 2]))) == [1, 2]  # no span: a plain pass-through
 
 
@@ -349,7 +349,7 @@ def test_openai_stream_asks_for_usage_and_hides_it(memory):
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Hello there"
     call = by_name(exporter)["chat m"]
     assert (call.input_tokens, call.output_tokens, call.attributes["finish_reason"]) == (12, 5, "stop")
-    assert 50 <= call.ttft_ms < 90 and call.events[0][0] == "first_token"
+    assert 50 <= call.ttft_ms < 200 and call.events[0][0] == "first_token"
     assert stream.response_headers == {"x-request-id": "req-1"}  # the original stream's attributes
 
 
@@ -388,5 +388,5 @@ def test_openai_async_client(memory):
     assert text == "Hello there" and response.usage.completion_tokens == 5
     spans = by_name(exporter)
     assert spans["chat a"].output_tokens == 5 and spans["chat a"].parent_span_id == root.span_id
-    assert spans["chat b"].output_tokens == 5 and 30 <= spans["chat b"].ttft_ms < 70
+    assert spans["chat b"].output_tokens == 5 and 30 <= spans["chat b"].ttft_ms < 180
     assert spans["chat b"].parent_span_id == root.span_id
