@@ -104,6 +104,17 @@ def asgi_server():
     server.stop()
 
 
+@pytest.fixture
+def closed_port_url():
+    """A URL where nothing listens (connection refused): a server that is down."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
 def wait_until(predicate, timeout=10.0, interval=0.05, message="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -69,15 +69,6 @@ def server():
     recorder.close()
 
 
-@pytest.fixture
-def down_url():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()  # nothing listens there: connection refused
-    return f"http://127.0.0.1:{port}"
-
-
 class Clock:
     def __init__(self):
         self.now = 1000.0
@@ -216,9 +207,9 @@ def test_401_keeps_samples_and_says_to_check_the_key(server, caplog):
     assert len(errors) == 1 and "invalid ingest key" in errors[0] and "--api-key" in errors[0]  # said once
 
 
-def test_server_down_keeps_samples_then_delivers_them(server, down_url, caplog):
+def test_server_down_keeps_samples_then_delivers_them(server, closed_port_url, caplog):
     caplog.set_level(logging.INFO, AGENT_LOG)
-    sender = ResourceSender(down_url, "k", timeout=2)
+    sender = ResourceSender(closed_port_url, "k", timeout=2)
     sender.add(_samples(5))
     assert sender.flush() is False
     sender.add(_samples(5, start=5))
@@ -233,8 +224,8 @@ def test_server_down_keeps_samples_then_delivers_them(server, down_url, caplog):
     assert [s["time"] for s in server.received] == [T0 + i for i in range(10)]
 
 
-def test_the_buffer_is_bounded_and_drops_the_oldest(server, down_url):
-    sender = ResourceSender(down_url, "k", max_buffer_samples=5)
+def test_the_buffer_is_bounded_and_drops_the_oldest(server, closed_port_url):
+    sender = ResourceSender(closed_port_url, "k", max_buffer_samples=5)
     for i in range(8):
         sender.add(_samples(1, start=i))
         sender.flush()

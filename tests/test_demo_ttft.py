@@ -30,6 +30,8 @@ def test_streamed_call_records_the_simulators_ttft(asgi_server, project_with_key
         {"p": project.pk}, tag="tests.demo_ttft").rows
     assert len(rows) == 3
     for ttft_ns, output_tokens, duration_ns in rows:
-        assert 150 <= ttft_ns / 1e6 <= 150 + 40, ttft_ns / 1e6  # never early; a few ms of HTTP and scheduling
+        # Never early; on an idle machine within a few ms (HTTP, SSE parsing). The upper bound leaves
+        # room for a starved test process on a shared 2-core machine.
+        assert 150 <= ttft_ns / 1e6 <= 150 + 150, ttft_ns / 1e6
         assert output_tokens == 10 and duration_ns >= ttft_ns
     assert root is not None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 import sys
 import threading
 import time
@@ -100,15 +99,6 @@ def trace_server():
     server = FakeTraceServer()
     yield server
     server.close()
-
-
-@pytest.fixture
-def closed_port_url():
-    """A URL where nothing listens (connection refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture
