@@ -101,30 +101,29 @@ class Tracer:
 
         def decorate(fn: F) -> F:
             span_name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "function")
-            tracer = self
+            # One span per call, opened the same way whatever kind of function is wrapped.
+            new_span = functools.partial(self.span, span_name, phase=phase, model=model, attributes=attributes)
 
             if inspect.isasyncgenfunction(fn):
                 @functools.wraps(fn)
                 def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
-                    span = tracer.span(span_name, phase=phase, model=model, attributes=attributes)
-                    return _traced_async_generator(span, fn(*args, **kwargs))
+                    return _traced_async_generator(new_span(), fn(*args, **kwargs))
                 return agen_wrapper  # type: ignore[return-value]
             if inspect.isgeneratorfunction(fn):
                 @functools.wraps(fn)
                 def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
-                    span = tracer.span(span_name, phase=phase, model=model, attributes=attributes)
-                    return _traced_generator(span, fn(*args, **kwargs))
+                    return _traced_generator(new_span(), fn(*args, **kwargs))
                 return gen_wrapper  # type: ignore[return-value]
             if inspect.iscoroutinefunction(fn):
                 @functools.wraps(fn)
                 async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                    with tracer.span(span_name, phase=phase, model=model, attributes=attributes):
+                    with new_span():
                         return await fn(*args, **kwargs)
                 return async_wrapper  # type: ignore[return-value]
 
             @functools.wraps(fn)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
-                with tracer.span(span_name, phase=phase, model=model, attributes=attributes):
+                with new_span():
                     return fn(*args, **kwargs)
             return wrapper  # type: ignore[return-value]
 
