@@ -72,3 +72,62 @@ def traces_recent(*, project_id: int, since_seconds: int = 24 * 3600, limit: int
             )
         )
     return rows
+
+
+@dataclass(frozen=True)
+class ResourceRow:
+    host: str
+    gpu_index: int  # -1: the host itself
+    gpu_name: str
+    last_seen: datetime
+    cpu_percent: float | None
+    memory_percent: float | None
+    gpu_utilization: float | None
+    gpu_memory_percent: float | None  # used / total from NVML (DOMAIN.md)
+    gpu_temperature: float | None
+    gpu_power_watts: float | None
+
+
+_RESOURCES_LATEST_SQL = """
+SELECT
+    host,
+    gpu_index,
+    argMax(gpu_name, time) AS gpu_name,
+    max(time) AS last_seen,
+    argMax(cpu_percent, time) AS cpu_percent,
+    argMax(memory_used, time) AS memory_used,
+    argMax(memory_total, time) AS memory_total,
+    argMax(gpu_utilization, time) AS gpu_utilization,
+    argMax(gpu_memory_used, time) AS gpu_memory_used,
+    argMax(gpu_memory_total, time) AS gpu_memory_total,
+    argMax(gpu_temperature, time) AS gpu_temperature,
+    argMax(gpu_power_watts, time) AS gpu_power_watts
+FROM resource_samples
+WHERE project_id = {project_id:UInt64}
+  AND time >= fromUnixTimestamp64Nano({since_ns:Int64})
+GROUP BY host, gpu_index
+ORDER BY host, gpu_index
+"""
+
+
+def _percent(used, total) -> float | None:
+    return None if used is None or not total else 100.0 * used / total
+
+
+def resources_latest(*, project_id: int, since_seconds: int = 3600) -> list[ResourceRow]:
+    """The latest known figures of each host and GPU that reported within ``since_seconds``
+    (NULL-skipping: a figure a sample did not carry keeps its last known value; never 0)."""
+    result = get_store().query(
+        _RESOURCES_LATEST_SQL,
+        {"project_id": project_id, "since_ns": time.time_ns() - since_seconds * NS},
+        tag="dashboard.selectors.resources_latest",
+    )
+    return [
+        ResourceRow(
+            host=r["host"], gpu_index=r["gpu_index"], gpu_name=r["gpu_name"], last_seen=r["last_seen"],
+            cpu_percent=r["cpu_percent"], memory_percent=_percent(r["memory_used"], r["memory_total"]),
+            gpu_utilization=r["gpu_utilization"], gpu_memory_percent=_percent(r["gpu_memory_used"], r["gpu_memory_total"]),
+            gpu_temperature=r["gpu_temperature"], gpu_power_watts=r["gpu_power_watts"],
+        )
+        for r in result.dicts()
+    ]

@@ -13,6 +13,8 @@ from . import selectors
 from .project_scope import current_project
 
 log = logging.getLogger("tracedash.dashboard")
+GPU_MEMORY_THRESHOLD = 85.0  # DOMAIN.md: GPU memory % >= 85 — scale out before out-of-memory errors
+CPU_THRESHOLD = 70.0  # DOMAIN.md: host CPU % > 70 — pre/post-processing needs optimising
 
 
 @login_required
@@ -27,6 +29,21 @@ def traces_list(request):
             context["store_error"] = "The trace store is unavailable right now; this page will work again when it returns."
     status = 503 if context["store_error"] else 200
     return render(request, "dashboard/traces.html", context, status=status)
+
+
+@login_required
+def resources_latest(request):
+    """Latest host and GPU figures (the charts over time arrive with the panels work)."""
+    project = current_project(request)
+    context = {"rows": [], "store_error": None, "gpu_memory_threshold": GPU_MEMORY_THRESHOLD,
+               "cpu_threshold": CPU_THRESHOLD}
+    if project is not None:
+        try:
+            context["rows"] = selectors.resources_latest(project_id=project.pk)
+        except StoreError as exc:
+            log.error("resources page failed: %s", exc)
+            context["store_error"] = "The trace store is unavailable right now; this page will work again when it returns."
+    return render(request, "dashboard/resources.html", context, status=503 if context["store_error"] else 200)
 
 
 def healthz(request):

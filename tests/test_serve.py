@@ -121,6 +121,10 @@ def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
         while "POST /v1/chat" not in opener.open(f"{server.base}/traces/?project=1").read().decode():
             assert time.monotonic() < deadline, "no demo trace on /traces/ after 60 s"
             time.sleep(1)
+        # ... and the in-process sampler shows the local machine's CPU and memory.
+        while 'data-gpu="-1"' not in opener.open(f"{server.base}/resources/?project=1").read().decode():
+            assert time.monotonic() < deadline, "no local CPU/memory sample on /resources/ after 60 s"
+            time.sleep(1)
     finally:
         code = server.interrupt()
     assert code == 0, server.output()
