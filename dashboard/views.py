@@ -17,33 +17,35 @@ GPU_MEMORY_THRESHOLD = 85.0  # DOMAIN.md: GPU memory % >= 85 — scale out befor
 CPU_THRESHOLD = 70.0  # DOMAIN.md: host CPU % > 70 — pre/post-processing needs optimising
 
 
-@login_required
-def traces_list(request):
+STORE_DOWN = "The trace store is unavailable right now; this page will work again when it returns."
+
+
+def _project_page(request, template: str, key: str, select, **extra):
+    """A page of the current project's data: ``context[key] = select(project_id)``; a 503 page
+    saying the store is down when ClickHouse fails."""
     project = current_project(request)
-    context = {"traces": [], "store_error": None}
+    context = {key: [], "store_error": None, **extra}
     if project is not None:
         try:
-            context["traces"] = selectors.traces_recent(project_id=project.pk)
+            context[key] = select(project.pk)
         except StoreError as exc:
-            log.error("traces list failed: %s", exc)
-            context["store_error"] = "The trace store is unavailable right now; this page will work again when it returns."
-    status = 503 if context["store_error"] else 200
-    return render(request, "dashboard/traces.html", context, status=status)
+            log.error("%s failed: %s", template, exc)
+            context["store_error"] = STORE_DOWN
+    return render(request, template, context, status=503 if context["store_error"] else 200)
+
+
+@login_required
+def traces_list(request):
+    return _project_page(request, "dashboard/traces.html", "traces",
+                         lambda project_id: selectors.traces_recent(project_id=project_id))
 
 
 @login_required
 def resources_latest(request):
     """Latest host and GPU figures (the charts over time arrive with the panels work)."""
-    project = current_project(request)
-    context = {"rows": [], "store_error": None, "gpu_memory_threshold": GPU_MEMORY_THRESHOLD,
-               "cpu_threshold": CPU_THRESHOLD}
-    if project is not None:
-        try:
-            context["rows"] = selectors.resources_latest(project_id=project.pk)
-        except StoreError as exc:
-            log.error("resources page failed: %s", exc)
-            context["store_error"] = "The trace store is unavailable right now; this page will work again when it returns."
-    return render(request, "dashboard/resources.html", context, status=503 if context["store_error"] else 200)
+    return _project_page(request, "dashboard/resources.html", "rows",
+                         lambda project_id: selectors.resources_latest(project_id=project_id),
+                         gpu_memory_threshold=GPU_MEMORY_THRESHOLD, cpu_threshold=CPU_THRESHOLD)
 
 
 def healthz(request):
