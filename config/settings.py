@@ -78,6 +78,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "config.static_finders.PlotlyFinder",  # plotly.js from the plotly package itself
+]
 STATIC_ROOT = BASE_DIR / "staticfiles"  # collectstatic target for images; outside the data volume
 # Embedded mode serves static files straight from the app folders (no collectstatic step).
 WHITENOISE_USE_FINDERS = True
