@@ -145,4 +145,51 @@ RESOURCE_SAMPLES = Table(
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES)}
+# One row per trace: every per-trace figure of DOMAIN.md, computed by dashboard.trace_math from
+# the trace's spans by the summariser task and re-written (a higher ``version``) whenever spans of
+# the trace arrive later. The explorer sorts and filters on it, a trace id finds its spans' time
+# bounds here without a scan (ORDER BY starts with the id), and the rollups aggregate it.
+# Reads take the latest version of a trace: ``FINAL`` or ``ORDER BY version DESC LIMIT 1 BY trace_id``.
+TRACES = Table(
+    name="traces",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("trace_id", "FixedString(32)"),
+        Column("start_time", DATETIME_NS, "DoubleDelta, ZSTD(1)"),  # the root's start (no root: first span's)
+        Column("e2e_ns", "UInt64", "T64, ZSTD(1)"),  # the root's duration (no root: extent of the spans present)
+        Column("has_root", "UInt8"),
+        Column("spans_start", DATETIME_NS, "ZSTD(1)"),  # earliest span start (clock skew can put it before the root)
+        Column("spans_end", DATETIME_NS, "ZSTD(1)"),  # latest span end
+        Column("root_name", "LowCardinality(String)"),
+        Column("service", "LowCardinality(String)"),  # the root's
+        Column("model", "LowCardinality(String)"),  # the first model call's
+        Column("services", "Array(LowCardinality(String))"),  # every service / model / phase seen in the trace
+        Column("models", "Array(LowCardinality(String))"),
+        Column("phases", "Array(LowCardinality(String))"),
+        Column("status", "LowCardinality(String)"),  # error if any span is an error
+        Column("error_message", "String", "ZSTD(1)"),
+        Column("ttft_ns", "Nullable(UInt64)", "ZSTD(1)"),
+        Column("tpot_ns", "Nullable(Float64)", "ZSTD(1)"),
+        Column("input_tokens", "UInt64", "T64, ZSTD(1)"),
+        Column("output_tokens", "UInt64", "T64, ZSTD(1)"),
+        Column("cost_usd", "Nullable(Float64)", "ZSTD(1)"),
+        Column("cost_estimated", "UInt8"),
+        Column("span_count", "UInt32", "T64, ZSTD(1)"),
+        Column("network_ns", "UInt64", "T64, ZSTD(1)"),  # exclusive phase time (DOMAIN.md)
+        Column("preprocess_ns", "UInt64", "T64, ZSTD(1)"),
+        Column("inference_ns", "UInt64", "T64, ZSTD(1)"),
+        Column("postprocess_ns", "UInt64", "T64, ZSTD(1)"),
+        Column("other_ns", "UInt64", "T64, ZSTD(1)"),
+        Column("version", "UInt64"),  # when it was summarised (unix ns): the latest wins
+    ),
+    engine="ReplacingMergeTree(version)",
+    order_by="(project_id, trace_id)",
+    ttl="toDateTime(start_time) + toIntervalDay({retention_days})",
+    indexes=(
+        "idx_start start_time TYPE minmax GRANULARITY 1",
+        "idx_service service TYPE set(256) GRANULARITY 4",
+    ),
+    settings=f"index_granularity = 8192, {DEDUP_WINDOW}",
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES, TRACES)}

@@ -66,7 +66,12 @@ def test_built_schema_matches_the_table_registry(clickhouse_store):
             {"t": table.name}, tag="tests.tables").rows[0]
         assert engine == table.engine.split("(")[0]
         assert sorting.startswith("project_id")  # every read filters by project first
-        assert partition.startswith("toDate(")  # daily partitions: TTL drops whole days
+        if table.name == "traces":
+            # A summary's start can move when its root arrives late; partitioning by it would
+            # leave two versions in two partitions that never merge. TTL deletes rows instead.
+            assert partition == ""
+        else:
+            assert partition.startswith("toDate(")  # daily partitions: TTL drops whole days
 
 
 def test_on_cluster_variant_uses_replicated_engines():
