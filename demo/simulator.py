@@ -164,6 +164,20 @@ class SimulatorConfig:
         _validate(profile, model)
         return profile
 
+    def saturation_rps(self, *, output_tokens: int, prompt_tokens: int = 0, model: str | None = None) -> float:
+        """Completions per second that ``model``'s pool sustains with every slot busy: capacity /
+        (prefill + (output_tokens - 1) decode intervals at a full pool's slowdown). The fixed
+        queueing delay holds no slot, so it does not count; jitter has mean 1. The load tests'
+        known saturation point; ``inf`` for unlimited capacity or zero service time."""
+        p = self.profile(model)
+        service_ms = p.prefill_ms + p.prefill_ms_per_token * prompt_tokens
+        if output_tokens > 1:
+            slowdown = 1.0 + p.load_slowdown * (p.capacity - 1) / p.capacity if p.capacity else 1.0
+            service_ms += (output_tokens - 1) * p.decode_ms_per_token * slowdown
+        if not p.capacity or service_ms <= 0:
+            return math.inf
+        return p.capacity / (service_ms / 1000.0)
+
     def model_names(self) -> list[str]:
         return list(dict.fromkeys([self.default_model, *self.models]))
 
