@@ -31,6 +31,10 @@ VARIABLES: dict[str, str] = {
     "TRACEDASH_INGEST_RATE_LIMIT": "spans per second one ingest key may send (bursts of 2 s allowed); 0 = no limit; default 200000",
     "TRACEDASH_INGEST_SPOOL_MAX_MB": "disk the ingest spool may use while ClickHouse is down, then 503; default 1024",
     "TRACEDASH_DEMO": "1 (default) runs the demo workload and LLM simulator inside `make run`; 0 turns it off",
+    "TRACEDASH_ALERTS_EVALUATE_SECONDS": "how often alert rules are evaluated (beat entry alerts-evaluate); default 5",
+    "TRACEDASH_EMAIL_URL": "smtp://user:pass@host:587 (smtps:// for TLS on connect, ?starttls=1) for alert email; unset: emails are written to the log",
+    "TRACEDASH_EMAIL_FROM": "sender address of alert email; default tracedash@localhost",
+    "TRACEDASH_PUBLIC_URL": "the dashboard's public base URL, linked from alert notifications; default none",
     "HOST": "address `make run` binds; default 127.0.0.1",
     "PORT": "port `make run` binds; default 8000",
 }
@@ -76,6 +80,10 @@ class Env:
     demo: bool
     host: str
     port: int
+    alerts_evaluate_seconds: float
+    email: dict
+    email_from: str
+    public_url: str
 
     @property
     def embedded_store(self) -> bool:
@@ -211,6 +219,46 @@ def _redis_url(environ, name: str, *, allow_amqp: bool = False) -> str | None:
     return raw
 
 
+def parse_email_url(raw: str | None, name: str = "TRACEDASH_EMAIL_URL") -> dict:
+    """Django EMAIL_* settings: SMTP from ``smtp://`` / ``smtps://``; unset: the console backend."""
+    if raw is None:
+        return {"EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend"}
+    parts = urlsplit(raw)
+    if parts.scheme not in ("smtp", "smtps"):
+        raise ConfigError(name, f"expected smtp://user:pass@host:587 or smtps://…, got scheme {parts.scheme!r}")
+    if not parts.hostname:
+        raise ConfigError(name, "the URL names no host")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(name, "the port is not a number from 1 to 65535") from None
+    options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    unknown = set(options) - {"starttls"}
+    if unknown:
+        raise ConfigError(name, f"unknown option(s) {', '.join(sorted(unknown))}; known: starttls")
+    ssl = parts.scheme == "smtps"
+    return {
+        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "EMAIL_HOST": parts.hostname,
+        "EMAIL_PORT": port or (465 if ssl else 587),
+        "EMAIL_HOST_USER": unquote(parts.username or ""),
+        "EMAIL_HOST_PASSWORD": unquote(parts.password or ""),
+        "EMAIL_USE_SSL": ssl,
+        "EMAIL_USE_TLS": not ssl and options.get("starttls", "1") in ("1", "true", "yes", "on"),
+        "EMAIL_TIMEOUT": 10,
+    }
+
+
+def _public_url(environ) -> str:
+    raw = _get(environ, "TRACEDASH_PUBLIC_URL")
+    if raw is None:
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("TRACEDASH_PUBLIC_URL", f"expected http(s)://host[:port][/path], got {raw!r}")
+    return raw.rstrip("/")
+
+
 def _secret_key(environ, data_dir: Path) -> str:
     raw = _get(environ, "TRACEDASH_SECRET_KEY")
     if raw is not None:
@@ -268,4 +316,8 @@ def load(environ=None) -> Env:
         demo=_flag(environ, "TRACEDASH_DEMO", "1"),
         host=host,
         port=_positive_int(environ, "PORT", 8000, maximum=65535),
+        alerts_evaluate_seconds=float(_positive_int(environ, "TRACEDASH_ALERTS_EVALUATE_SECONDS", 5, maximum=3600)),
+        email=parse_email_url(_get(environ, "TRACEDASH_EMAIL_URL")),
+        email_from=_get(environ, "TRACEDASH_EMAIL_FROM") or "tracedash@localhost",
+        public_url=_public_url(environ),
     )

@@ -54,6 +54,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "dashboard.context_processors.current_project",
+                "alerts.context_processors.firing_alerts",
             ],
         },
     },
@@ -128,6 +129,20 @@ if ENV.embedded_beat:
         "task": "agent.tasks.sample_local_host",
         "schedule": ENV.beat_sample_seconds,
     }
+
+# Alerts: every rule is evaluated on this interval, by Celery beat or the embedded beat.
+CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
+    "task": "alerts.tasks.evaluate",
+    "schedule": ENV.alerts_evaluate_seconds,
+    "options": {"expires": ENV.alerts_evaluate_seconds},  # a round that waited a whole interval is stale
+}
+
+# --- Alerts --------------------------------------------------------------------------------
+TRACEDASH_ALERTS_DELIVERY_TIMEOUT = 5.0  # seconds per webhook/Slack attempt; retries back off (alerts.services)
+TRACEDASH_PUBLIC_URL = ENV.public_url
+for _name, _value in ENV.email.items():
+    globals()[_name] = _value
+DEFAULT_FROM_EMAIL = SERVER_EMAIL = ENV.email_from
 
 # --- Channels -----------------------------------------------------------------------------
 if ENV.channel_layer_url:

@@ -10,5 +10,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("ingest.urls")),
+    path("alerts/", include("alerts.urls")),
     path("", include("dashboard.urls")),
 ]

@@ -1,0 +1,15 @@
+from dashboard.project_scope import current_project
+
+from .selectors import alerts_firing_payload
+
+
+def firing_alerts(request):
+    """Every page renders the firing-alerts banner server-side (the socket keeps it live)."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    project = current_project(request)
+    if project is None:
+        return {"alerts_firing": []}
+    firing = [a for a in alerts_firing_payload(project_id=project.pk) if not a["silenced"]]
+    return {"alerts_firing": firing}

@@ -1,0 +1,165 @@
+"""The values rules compare: one ClickHouse query per (project, source, window[, model]) per round,
+shared by every rule that needs it (1,000 rules over a handful of windows cost a handful of queries).
+
+Sources:
+- ``resources``: ``resource_samples`` in the window, one row per (host, gpu_index) with the
+  latest / average / max / min of each figure. GPU memory % = 100 × gpu_memory_used /
+  gpu_memory_total (NVML ``nvmlDeviceGetMemoryInfo``, DOMAIN.md); host memory % = memory_used /
+  memory_total; host figures come from the ``gpu_index = -1`` rows. A sample without a figure
+  (NULL) is skipped by the aggregates; a series without any sample in the window is missing.
+- ``processes``: per (host, GPU, pid), the latest GPU memory in the window over its baseline,
+  the minimum of its first ``BASELINE_SECONDS`` (looked for within ``BASELINE_LOOKBACK_SECONDS``).
+- ``spans``: raw spans of the window, deduplicated per (trace_id, span_id), summarised per trace
+  by ``dashboard.trace_math`` and aggregated per root service (alerts.latency).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from store import get_store
+
+from .models import GPU_METRICS, HOST_METRICS, LATENCY_METRICS, PROCESS_METRICS, Metric
+
+BASELINE_SECONDS = 600  # DOMAIN.md: a process's baseline is the minimum over its first 10 minutes
+BASELINE_LOOKBACK_SECONDS = 24 * 3600
+AGGREGATIONS = ("last", "avg", "max", "min")
+
+# (metric, expression over one resource_samples row); NULL when the sample lacks the figure.
+_RESOURCE_FIGURES = {
+    Metric.GPU_MEMORY_PERCENT: "if(gpu_memory_total > 0, 100.0 * gpu_memory_used / gpu_memory_total, NULL)",
+    Metric.GPU_UTILIZATION: "toFloat64(gpu_utilization)",
+    Metric.GPU_TEMPERATURE: "toFloat64(gpu_temperature)",
+    Metric.HOST_CPU_PERCENT: "toFloat64(cpu_percent)",
+    Metric.HOST_MEMORY_PERCENT: "if(memory_total > 0, 100.0 * memory_used / memory_total, NULL)",
+}
+_AGG_SQL = {"last": "argMax({c}, time)", "avg": "avg({c})", "max": "max({c})", "min": "min({c})"}
+
+_RESOURCES_SQL = """
+SELECT host, gpu_index, {aggregates}
+FROM (
+    SELECT host, gpu_index, time, {figures}
+    FROM resource_samples
+    WHERE project_id = {{project_id:UInt64}}
+      AND time > fromUnixTimestamp64Milli({{since_ms:Int64}})
+      AND time <= fromUnixTimestamp64Milli({{until_ms:Int64}})
+)
+GROUP BY host, gpu_index
+""".format(
+    figures=", ".join(f"{expr} AS f_{metric.value}" for metric, expr in _RESOURCE_FIGURES.items()),
+    aggregates=", ".join(f"{_AGG_SQL[agg].format(c='f_' + metric.value)} AS `{metric.value}__{agg}`"
+                         for metric in _RESOURCE_FIGURES for agg in AGGREGATIONS),
+)
+
+_PROCESSES_SQL = """
+SELECT host, gpu_index, pid,
+       argMax(pname, tm) AS name,
+       min(tm) AS first_ms,
+       argMaxIf(mem, tm, tm > {since_ms:Int64}) AS current,
+       countIf(tm > {since_ms:Int64}) AS in_window,
+       arrayMin(arrayMap(x -> x.2, arrayFilter(x -> x.1 <= first_ms + {baseline_ms:Int64}, groupArray((tm, mem))))) AS baseline
+FROM (
+    SELECT host, gpu_index, toUnixTimestamp64Milli(time) AS tm, pid, pname, mem
+    FROM resource_samples
+    ARRAY JOIN process_pids AS pid, process_names AS pname, process_gpu_memory AS mem
+    WHERE project_id = {project_id:UInt64}
+      AND gpu_index >= 0
+      AND time > fromUnixTimestamp64Milli({lookback_ms:Int64})
+      AND time <= fromUnixTimestamp64Milli({until_ms:Int64})
+)
+GROUP BY host, gpu_index, pid
+HAVING in_window > 0
+"""
+
+
+@dataclass(frozen=True)
+class Series:
+    key: str
+    labels: dict
+    values: dict  # "<metric>__<agg>" (resources) or "<metric>" -> float | None
+
+
+def source_of(metric: str) -> str:
+    if metric in PROCESS_METRICS:
+        return "processes"
+    if metric in LATENCY_METRICS:
+        return "spans"
+    return "resources"
+
+
+def series_key(labels: dict) -> str:
+    return ",".join(f"{k}={labels[k]}" for k in ("host", "gpu", "pid", "service") if k in labels)
+
+
+def _ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
+def resources_fetch(*, project_id: int, window_seconds: int, now: datetime) -> list[Series]:
+    rows = get_store().query(
+        _RESOURCES_SQL,
+        {"project_id": project_id, "since_ms": _ms(now) - window_seconds * 1000, "until_ms": _ms(now)},
+        tag="alerts.metrics.resources_fetch",
+    ).dicts()
+    out = []
+    for row in rows:
+        gpu = int(row["gpu_index"])
+        labels = {"host": row["host"]} if gpu < 0 else {"host": row["host"], "gpu": str(gpu)}
+        values = {k: (None if v is None else float(v)) for k, v in row.items() if "__" in k}
+        out.append(Series(series_key(labels), labels, values))
+    return out
+
+
+def processes_fetch(*, project_id: int, window_seconds: int, now: datetime) -> list[Series]:
+    until = _ms(now)
+    rows = get_store().query(
+        _PROCESSES_SQL,
+        {"project_id": project_id, "since_ms": until - window_seconds * 1000, "until_ms": until,
+         "lookback_ms": until - BASELINE_LOOKBACK_SECONDS * 1000, "baseline_ms": BASELINE_SECONDS * 1000},
+        tag="alerts.metrics.processes_fetch",
+    ).dicts()
+    out = []
+    for row in rows:
+        labels = {"host": row["host"], "gpu": str(int(row["gpu_index"])), "pid": str(int(row["pid"])),
+                  "process": row["name"]}
+        baseline = row["baseline"]
+        ratio = None if not baseline else float(row["current"]) / float(baseline)  # 0 baseline: no ratio, not infinity
+        out.append(Series(series_key(labels), labels, {Metric.PROCESS_LEAK_RATIO.value: ratio}))
+    return out
+
+
+def fetch(*, project_id: int, source: str, window_seconds: int, now: datetime, model: str = "") -> list[Series]:
+    if source == "resources":
+        return resources_fetch(project_id=project_id, window_seconds=window_seconds, now=now)
+    if source == "processes":
+        return processes_fetch(project_id=project_id, window_seconds=window_seconds, now=now)
+    from .latency import latency_fetch
+
+    return latency_fetch(project_id=project_id, window_seconds=window_seconds, now=now, model=model)
+
+
+def rule_values(rule, series: list[Series]) -> dict[str, tuple[dict, float | None]]:
+    """The series a rule watches (its scope applied) and each one's value (None: missing)."""
+    metric = rule.metric
+    out = {}
+    for s in series:
+        labels = s.labels
+        if metric in GPU_METRICS and "gpu" not in labels:
+            continue
+        if metric in HOST_METRICS and "gpu" in labels:
+            continue
+        if rule.host and labels.get("host") != rule.host:
+            continue
+        if rule.gpu_index is not None and "gpu" in labels and labels["gpu"] != str(rule.gpu_index):
+            continue
+        if rule.service and "service" in labels and labels["service"] != rule.service:
+            continue
+        if metric in (GPU_METRICS | HOST_METRICS):
+            value = s.values.get(f"{metric}__{rule.aggregation if rule.aggregation != 'window' else 'last'}")
+        elif metric == Metric.PHASE_SHARE:
+            value = s.values.get(f"{metric}:{rule.phase or 'inference'}")
+        else:
+            value = s.values.get(metric)
+        out[s.key] = (labels, value)
+    return out

@@ -1,0 +1,570 @@
+"""Writes for alerts: the evaluation round, notifications and their delivery, rules, channels,
+silences, acknowledgements, and the default rules of a new project.
+
+The round (``alerts_evaluate_round``), what the Celery beat entry ``alerts-evaluate`` runs:
+
+1. take the evaluation lease (one conditional UPDATE, atomic on SQLite and PostgreSQL): a second
+   worker running the same round at the same time skips it, so nothing is evaluated or notified
+   twice; a crashed holder's lease expires after ``LEASE_SECONDS``;
+2. run each distinct (project, source, window[, model]) query once, shared by all its rules;
+3. step every series through the state machine (alerts.state_machine) and write the transitions,
+   the history (AlertEvent) and the notifications of groups that are due, in one transaction;
+4. after commit: hand new and due notifications to delivery (a Celery task with a broker; a small
+   thread pool in the embedded mode, so a slow receiver never holds up the next round) and push
+   the change to open pages (Channels).
+
+A query that fails marks its rules with the error (shown on the alerts page and logged); their
+series keep their state (no data is not invented) and the other rules are evaluated as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from . import metrics, notifiers
+from .models import (AlertEvent, AlertRule, AlertSeries, DeliveryAttempt, EvaluationLease, Notification,
+                     NotificationChannel, NotificationGroup, SeriesState, Silence)
+from .silences import matchers_validate, silenced
+from .state_machine import FIRING, PENDING, RESOLVED, RuleSpec, State, step
+
+log = logging.getLogger("tracedash.alerts")
+
+LEASE_NAME = "alerts-evaluate"
+LEASE_SECONDS = 60
+CLAIM_SECONDS = 60  # a notification claimed by a worker that died is retried after this
+BACKOFF_SECONDS = (5, 15, 45, 120, 300, 600)  # delay after attempt 1, 2, …; then the last one
+MAX_ATTEMPTS = 8
+TOUCH_SECONDS = 30  # an unchanged quiet series' value and last-seen time are written at most this often
+PRUNE_SECONDS = 24 * 3600  # resolved/inactive series without data this long are deleted
+_HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class RoundReport:
+    skipped: bool = False
+    rules: int = 0
+    series: int = 0
+    queries: int = 0
+    transitions: int = 0
+    notifications: list[int] = field(default_factory=list)
+    errors: dict[int, str] = field(default_factory=dict)  # rule id -> error
+    seconds: float = 0.0
+
+
+# --- lease ---------------------------------------------------------------------------------------
+
+def lease_acquire(*, name: str = LEASE_NAME, holder: str, seconds: float = LEASE_SECONDS) -> bool:
+    now = timezone.now()
+    try:
+        EvaluationLease.objects.get_or_create(name=name)
+    except IntegrityError:  # another worker created it at the same moment
+        pass
+    taken = (EvaluationLease.objects.filter(name=name)
+             .filter(Q(expires_at__isnull=True) | Q(expires_at__lt=now) | Q(holder=holder))
+             .update(holder=holder, expires_at=now + timedelta(seconds=seconds)))
+    return taken == 1
+
+
+def lease_release(*, name: str = LEASE_NAME, holder: str, round_ms: float | None = None, error: str = "") -> None:
+    now = timezone.now()
+    fields = {"expires_at": now, "last_round_at": now, "last_error": error[:2000]}
+    if round_ms is not None:
+        fields["last_round_ms"] = round_ms
+    EvaluationLease.objects.filter(name=name, holder=holder).update(**fields)
+    EvaluationLease.objects.filter(name=name, holder=holder).update(rounds=F("rounds") + 1)
+
+
+# --- the round -----------------------------------------------------------------------------------
+
+def _spec(rule: AlertRule) -> RuleSpec:
+    return RuleSpec(comparator=rule.comparator, threshold=rule.threshold, for_seconds=rule.for_seconds,
+                    keep_firing_for_seconds=rule.keep_firing_for_seconds, missing_data=rule.missing_data,
+                    grace_seconds=rule.missing_grace_seconds)
+
+
+def _state_of(series: AlertSeries) -> State:
+    return State(state=series.state, value=series.value, no_data=series.no_data, active_since=series.active_since,
+                 fired_at=series.fired_at, resolved_at=series.resolved_at, last_breach_at=series.last_breach_at,
+                 last_seen_at=series.last_seen_at, missing_since=series.missing_since)
+
+
+_STATE_FIELDS = ("state", "value", "no_data", "active_since", "fired_at", "resolved_at", "last_breach_at",
+                 "last_seen_at", "missing_since")
+
+
+def _fetch_key(rule: AlertRule) -> tuple:
+    source = metrics.source_of(rule.metric)
+    return (rule.project_id, source, rule.window_seconds, rule.model if source == "spans" else "")
+
+
+def alerts_evaluate_round(*, now: datetime | None = None, deliver: str = "queue", holder: str | None = None,
+                          project_ids: list[int] | None = None) -> RoundReport:
+    """Evaluate every enabled rule once at ``now`` (default: the clock).
+
+    ``deliver``: ``queue`` hands notifications to background delivery, ``inline`` delivers them
+    before returning (tests, benchmarks), ``none`` leaves them for the next round's sweep."""
+    started = time.perf_counter()
+    now = now or timezone.now()
+    holder = holder or f"{_HOLDER}:{threading.get_ident()}:{uuid.uuid4().hex[:6]}"
+    report = RoundReport()
+    if not lease_acquire(holder=holder):
+        report.skipped = True
+        return report
+    error = ""
+    try:
+        _evaluate(now, report, project_ids)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        log.exception("alert evaluation round failed")
+        raise
+    finally:
+        report.seconds = time.perf_counter() - started
+        lease_release(holder=holder, round_ms=report.seconds * 1000, error=error)
+    if deliver == "inline":
+        notifications_deliver_due(now=now)
+    elif deliver == "queue":
+        notifications_enqueue_due(now=now)
+    return report
+
+
+def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None) -> None:
+    rules_qs = AlertRule.objects.filter(enabled=True).select_related("project")
+    if project_ids is not None:
+        rules_qs = rules_qs.filter(project_id__in=project_ids)
+    rules = list(rules_qs)
+    report.rules = len(rules)
+    if not rules:
+        return
+    by_fetch: dict[tuple, list[AlertRule]] = defaultdict(list)
+    for rule in rules:
+        by_fetch[_fetch_key(rule)].append(rule)
+    fetched: dict[tuple, list] = {}
+    for key in by_fetch:
+        project_id, source, window, model = key
+        try:
+            fetched[key] = metrics.fetch(project_id=project_id, source=source, window_seconds=window, now=now, model=model)
+        except Exception as exc:  # noqa: BLE001 - recorded on each rule, logged, the other rules go on
+            message = f"{type(exc).__name__}: {exc}"[:2000]
+            log.error("alert query %s failed: %s", key, message)
+            for rule in by_fetch[key]:
+                report.errors[rule.pk] = message
+        report.queries += 1
+
+    existing: dict[int, dict[str, AlertSeries]] = defaultdict(dict)
+    for s in AlertSeries.objects.filter(rule__in=[r.pk for r in rules if r.pk not in report.errors]):
+        existing[s.rule_id][s.key] = s
+
+    creates, updates, deletes, events = [], [], [], []
+    changed_projects: set[int] = set()
+    touch_after = timedelta(seconds=TOUCH_SECONDS)
+    for rule in rules:
+        if rule.pk in report.errors:
+            continue
+        spec = _spec(rule)
+        values = metrics.rule_values(rule, fetched[_fetch_key(rule)])
+        mine = existing[rule.pk]
+        for key in values.keys() | mine.keys():
+            labels, value = values.get(key, (None, None))
+            series = mine.get(key)
+            before = _state_of(series) if series is not None else State()
+            after, transition = step(spec, before, value, now)
+            if series is None:
+                if value is None:
+                    continue
+                series = AlertSeries(rule=rule, project_id=rule.project_id, key=key, labels=labels)
+                new = True
+            else:
+                new = False
+            report.series += 1
+            dirty = new or transition is not None or after.state in (PENDING, FIRING) or after.no_data != before.no_data \
+                or before.last_seen_at is None or (after.last_seen_at and after.last_seen_at - before.last_seen_at >= touch_after) \
+                or (after.no_data and before.missing_since is None)
+            if after.stale and after.state != FIRING and not new and transition is None and \
+                    series.last_seen_at and now - series.last_seen_at >= timedelta(seconds=PRUNE_SECONDS):
+                deletes.append(series.pk)
+                continue
+            if not dirty:
+                continue
+            for name in _STATE_FIELDS:
+                setattr(series, name, getattr(after, name))
+            if labels is not None:
+                series.labels = labels
+            series.updated_at = now
+            if transition is not None:
+                changed_projects.add(rule.project_id)
+                report.transitions += 1
+                if transition.to_state in (RESOLVED, "inactive"):
+                    series.acknowledged_at = None
+                    series.acknowledged_by = None
+                events.append(AlertEvent(project_id=rule.project_id, rule=rule, series_key=key, labels=series.labels,
+                                         from_state=transition.from_state, to_state=transition.to_state,
+                                         value=after.value if not after.no_data else None,
+                                         reason=transition.reason[:200], at=now))
+            (creates if new else updates).append(series)
+
+    with transaction.atomic():
+        if creates:
+            AlertSeries.objects.bulk_create(creates, batch_size=500)
+        if updates:
+            AlertSeries.objects.bulk_update(updates, [*_STATE_FIELDS, "labels", "updated_at", "acknowledged_at",
+                                                      "acknowledged_by"], batch_size=500)
+        if deletes:
+            AlertSeries.objects.filter(pk__in=deletes).delete()
+        if events:
+            AlertEvent.objects.bulk_create(events, batch_size=500)
+        _rules_health_save(rules, report.errors, now)
+        report.notifications = _notifications_plan(rules, report.errors, now)
+        if changed_projects:
+            transaction.on_commit(lambda: _push_live(sorted(changed_projects)))
+
+
+def _rules_health_save(rules: list[AlertRule], errors: dict[int, str], now: datetime) -> None:
+    failed = [r.pk for r in rules if r.pk in errors]
+    ok = [r.pk for r in rules if r.pk not in errors]
+    if ok:
+        AlertRule.objects.filter(pk__in=ok).update(last_evaluated_at=now, last_error="")
+    for pk in failed:
+        AlertRule.objects.filter(pk=pk).update(last_error=errors[pk], last_error_at=now)
+
+
+# --- grouping and notifications ----------------------------------------------------------------------
+
+def alert_labels(rule: AlertRule, series_labels: dict) -> dict:
+    return {"alertname": rule.name, "project": rule.project.name, "severity": rule.severity,
+            "metric": rule.metric, **series_labels}
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat().replace("+00:00", "Z") if when else None
+
+
+def _alert_payload(rule: AlertRule, series: AlertSeries, status: str) -> dict:
+    return {
+        "status": status,
+        "labels": alert_labels(rule, series.labels),
+        "annotations": {"summary": f"{rule.condition} on {series.key or 'project'}",
+                        "explanation": rule.explanation, "runbook": rule.runbook},
+        "value": None if series.no_data else series.value,
+        "noData": series.no_data,
+        "startsAt": _iso(series.fired_at),
+        "endsAt": _iso(series.resolved_at) if status == "resolved" else None,
+        "fingerprint": f"{rule.pk}:{series.key}",
+    }
+
+
+def _payload(rule: AlertRule, channel: NotificationChannel, firing: list[AlertSeries], resolved: list[AlertSeries],
+             now: datetime) -> dict:
+    alerts = [_alert_payload(rule, s, "firing") for s in firing] + [_alert_payload(rule, s, "resolved") for s in resolved]
+    return {
+        "version": "1",
+        "status": "firing" if firing else "resolved",
+        "firing": len(firing),
+        "resolved": len(resolved),
+        "groupKey": f"{rule.project_id}:{rule.pk}:{channel.pk}",
+        "project": {"id": rule.project_id, "name": rule.project.name},
+        "rule": {"id": rule.pk, "name": rule.name, "metric": rule.metric, "condition": rule.condition,
+                 "severity": rule.severity, "window_seconds": rule.window_seconds, "for_seconds": rule.for_seconds,
+                 "runbook": rule.runbook, "explanation": rule.explanation},
+        "alerts": alerts,
+        "url": settings.TRACEDASH_PUBLIC_URL.rstrip("/") + f"/alerts/?project={rule.project_id}" if settings.TRACEDASH_PUBLIC_URL else "",
+        "sentAt": _iso(now),
+    }
+
+
+def _notifications_plan(rules: list[AlertRule], errors: dict[int, str], now: datetime) -> list[int]:
+    """Alertmanager's grouping, per (rule, channel): the first notification of a group after
+    ``group_wait``; a change (new firing series, resolved ones) at most every ``group_interval``;
+    an unchanged firing group again after ``repeat_interval`` unless every alert is acknowledged.
+    Silenced series are left out. Two notifications of one group are never closer than
+    ``group_interval``, so a flapping series cannot cause a storm."""
+    with_channels = [r for r in rules if r.pk not in errors]
+    if not with_channels:
+        return []
+    channels_by_rule: dict[int, list[NotificationChannel]] = defaultdict(list)
+    for through in AlertRule.channels.through.objects.filter(
+            alertrule_id__in=[r.pk for r in with_channels], notificationchannel__enabled=True).select_related("notificationchannel"):
+        channels_by_rule[through.alertrule_id].append(through.notificationchannel)
+    rules_used = [r for r in with_channels if channels_by_rule.get(r.pk)]
+    if not rules_used:
+        return []
+    series_by_rule: dict[int, dict[str, AlertSeries]] = defaultdict(dict)
+    for s in AlertSeries.objects.filter(rule__in=[r.pk for r in rules_used]):
+        series_by_rule[s.rule_id][s.key] = s
+    groups = {(g.rule_id, g.channel_id): g for g in NotificationGroup.objects.filter(rule__in=[r.pk for r in rules_used])}
+    silences_by_project: dict[int, list[Silence]] = defaultdict(list)
+    for silence in Silence.objects.filter(project_id__in={r.project_id for r in rules_used}, starts_at__lte=now, ends_at__gt=now):
+        silences_by_project[silence.project_id].append(silence)
+    created: list[int] = []
+    for rule in rules_used:
+        series = series_by_rule.get(rule.pk, {})
+        firing = {k: s for k, s in series.items() if s.state == FIRING
+                  and not silenced(silences_by_project[rule.project_id], alert_labels(rule, s.labels), now)}
+        for channel in channels_by_rule[rule.pk]:
+            group = groups.get((rule.pk, channel.pk))
+            if group is None:
+                if not firing:
+                    continue
+                group, _ = NotificationGroup.objects.get_or_create(rule=rule, channel=channel)
+            sent = set(group.last_sent_keys)
+            resolved_keys = {k for k in sent - firing.keys() if k not in series or series[k].state != FIRING}
+            current = set(firing)
+            if not current and not resolved_keys:
+                if sent or group.first_active_at:  # what was sent got silenced: drop it quietly
+                    _group_save(group, first_active_at=None, last_sent_keys=[])
+                continue
+            first_active_at = group.first_active_at or now
+            since_last = None if group.last_sent_at is None else (now - group.last_sent_at).total_seconds()
+            throttled = since_last is not None and since_last < channel.group_interval_seconds
+            if not sent:
+                due = (now - first_active_at).total_seconds() >= channel.group_wait_seconds and not throttled
+            elif current != sent or resolved_keys:
+                due = not throttled
+            else:
+                all_acked = all(firing[k].acknowledged_at is not None for k in current)
+                due = not all_acked and since_last is not None and since_last >= channel.repeat_interval_seconds
+            if not due:
+                if group.first_active_at is None:
+                    _group_save(group, first_active_at=first_active_at)
+                continue
+            resolved = [series[k] for k in sorted(resolved_keys) if k in series]
+            if not current and not channel.send_resolved:
+                _group_save(group, first_active_at=None, last_sent_keys=[])
+                continue
+            sequence = group.version + 1
+            moved = NotificationGroup.objects.filter(pk=group.pk, version=group.version).update(
+                version=sequence, last_sent_at=now, last_sent_keys=sorted(current),
+                first_active_at=first_active_at if current else None)
+            if moved != 1:
+                continue  # another writer sent this group's change already
+            notification = Notification.objects.create(
+                project_id=rule.project_id, rule=rule, channel=channel, group=group, sequence=sequence,
+                group_status="firing" if current else "resolved", firing_count=len(current),
+                resolved_count=len(resolved),
+                payload=_payload(rule, channel, [firing[k] for k in sorted(current)], resolved, now),
+                next_attempt_at=now, created_at=now)
+            created.append(notification.pk)
+    return created
+
+
+def _group_save(group: NotificationGroup, **fields) -> None:
+    NotificationGroup.objects.filter(pk=group.pk, version=group.version).update(**fields)
+
+
+# --- delivery --------------------------------------------------------------------------------------
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _delivery_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tracedash-alert-delivery")
+    return _pool
+
+
+def _due_ids(now: datetime) -> list[int]:
+    return list(Notification.objects.filter(
+        Q(status=Notification.Status.PENDING, next_attempt_at__lte=now)
+        | Q(status=Notification.Status.SENDING, claimed_until__lt=now)).order_by("next_attempt_at").values_list("pk", flat=True)[:500])
+
+
+def notifications_enqueue_due(*, now: datetime | None = None) -> int:
+    """Hand every due notification to delivery without waiting for it."""
+    ids = _due_ids(now or timezone.now())
+    if not ids:
+        return 0
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        pool = _delivery_pool()
+        for pk in ids:
+            pool.submit(_deliver_in_thread, pk)
+    else:
+        from .tasks import deliver_notification
+
+        for pk in ids:
+            deliver_notification.delay(pk)
+    return len(ids)
+
+
+def _deliver_in_thread(pk: int) -> None:
+    from django.db import close_old_connections
+
+    try:
+        notification_deliver(notification_id=pk)
+    except Exception:  # noqa: BLE001 - logged; the next round's sweep retries it
+        log.exception("delivering alert notification %s failed", pk)
+    finally:
+        close_old_connections()
+
+
+def notifications_deliver_due(*, now: datetime | None = None) -> int:
+    """Deliver every due notification here and now (tests and the benchmark)."""
+    ids = _due_ids(now or timezone.now())
+    for pk in ids:
+        notification_deliver(notification_id=pk, now=now)
+    return len(ids)
+
+
+def notification_deliver(*, notification_id: int, now: datetime | None = None) -> bool | None:
+    """One delivery attempt of one notification, if it is due and nobody else holds it.
+
+    Returns True (sent), False (failed: retried later or given up), None (not ours to send)."""
+    now = now or timezone.now()
+    claimed = Notification.objects.filter(pk=notification_id).filter(
+        Q(status=Notification.Status.PENDING, next_attempt_at__lte=now)
+        | Q(status=Notification.Status.SENDING, claimed_until__lt=now)).update(
+        status=Notification.Status.SENDING, claimed_until=now + timedelta(seconds=CLAIM_SECONDS))
+    if claimed != 1:
+        return None
+    notification = Notification.objects.select_related("channel").get(pk=notification_id)
+    started = time.perf_counter()
+    result = notifiers.send(notification.channel, notification.payload)
+    duration_ms = (time.perf_counter() - started) * 1000
+    attempts = notification.attempts + 1
+    DeliveryAttempt.objects.create(notification=notification, at=timezone.now(), ok=result.ok,
+                                   status_code=result.status_code, error=result.error[:2000], duration_ms=duration_ms)
+    if result.ok:
+        Notification.objects.filter(pk=notification_id).update(status=Notification.Status.SENT, attempts=attempts,
+                                                               sent_at=timezone.now(), last_error="", claimed_until=None)
+        return True
+    if not result.retryable or attempts >= MAX_ATTEMPTS:
+        Notification.objects.filter(pk=notification_id).update(status=Notification.Status.FAILED, attempts=attempts,
+                                                               last_error=result.error[:2000], claimed_until=None)
+        log.error("alert notification %s to %s failed for good: %s", notification_id, notification.channel, result.error)
+        return False
+    delay = BACKOFF_SECONDS[min(attempts - 1, len(BACKOFF_SECONDS) - 1)]
+    if result.retry_after is not None:
+        delay = max(delay, min(result.retry_after, 3600))
+    Notification.objects.filter(pk=notification_id).update(
+        status=Notification.Status.PENDING, attempts=attempts, last_error=result.error[:2000], claimed_until=None,
+        next_attempt_at=now + timedelta(seconds=delay))
+    log.warning("alert notification %s to %s failed (attempt %d, retry in %ds): %s", notification_id,
+                notification.channel, attempts, delay, result.error)
+    return False
+
+
+# --- live push -------------------------------------------------------------------------------------
+
+def alerts_group(project_id: int) -> str:
+    return f"alerts_{int(project_id)}"
+
+
+def _push_live(project_ids: list[int]) -> None:
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from .selectors import alerts_firing_payload
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    for project_id in project_ids:
+        try:
+            async_to_sync(layer.group_send)(alerts_group(project_id),
+                                            {"type": "alerts.changed", "firing": alerts_firing_payload(project_id=project_id)})
+        except Exception:  # noqa: BLE001 - the page catches up on its next load; the round must not fail
+            log.exception("live alert push for project %s failed", project_id)
+
+
+# --- rules, channels, silences, acknowledgements -------------------------------------------------------
+
+def series_acknowledge(*, series: AlertSeries, user) -> AlertSeries:
+    series.acknowledged_at = timezone.now()
+    series.acknowledged_by = user
+    series.save(update_fields=["acknowledged_at", "acknowledged_by"])
+    return series
+
+
+def silence_create(*, project, matchers, starts_at: datetime, ends_at: datetime, comment: str = "",
+                   user=None) -> Silence:
+    clean = matchers_validate(matchers)
+    if ends_at <= starts_at:
+        from .silences import MatcherError
+
+        raise MatcherError("ends_at: the silence must end after it starts")
+    return Silence.objects.create(project=project, matchers=clean, starts_at=starts_at, ends_at=ends_at,
+                                  comment=comment, created_by=user)
+
+
+def silence_expire(*, silence: Silence) -> None:
+    now = timezone.now()
+    if silence.ends_at > now:
+        silence.ends_at = max(now, silence.starts_at)
+        silence.save(update_fields=["ends_at"])
+
+
+def channel_create(*, project, name: str, kind: str, url: str = "", secret: str = "", emails: str = "",
+                   **timers) -> NotificationChannel:
+    return NotificationChannel.objects.create(project=project, name=name, kind=kind, url=url, secret=secret,
+                                              emails=emails, **timers)
+
+
+def rule_create(*, project, channels=(), **fields) -> AlertRule:
+    rule = AlertRule(project=project, **fields)
+    rule.full_clean(exclude=["project"])
+    rule.save()
+    if channels:
+        rule.channels.set(channels)
+    return rule
+
+
+# DESIGN §6 / DOMAIN.md rules of thumb, installed for every new project.
+DEFAULT_RULES = (
+    dict(name="GPU memory ≥ 85 %", metric="gpu_memory_percent", aggregation="last", window_seconds=60,
+         comparator="gte", threshold=85, for_seconds=60, keep_firing_for_seconds=60, severity="critical",
+         explanation="GPU memory % = used / total from NVML nvmlDeviceGetMemoryInfo. Above 85 % for a minute, the "
+                     "next larger batch or longer context can hit an out-of-memory error: scale out before it does.",
+         runbook="Check the Resources page for the GPU and its processes; add a replica or lower max batch size / "
+                 "context length; look for a leaking process (leak ratio rule)."),
+    dict(name="Host CPU > 70 % for 5 min", metric="host_cpu_percent", aggregation="avg", window_seconds=300,
+         comparator="gt", threshold=70, for_seconds=0, keep_firing_for_seconds=60, severity="warning",
+         explanation="A host busy above 70 % for five minutes means pre/post-processing (tokenising, parsing, "
+                     "serialising) competes with serving and needs optimising or more cores."),
+    dict(name="GPU utilisation < 50 % for 30 min", metric="gpu_utilization", aggregation="avg", window_seconds=300,
+         comparator="lt", threshold=50, for_seconds=1800, keep_firing_for_seconds=0, severity="info",
+         explanation="A GPU below 50 % busy for half an hour while serving: batching or resource allocation is "
+                     "inefficient — larger batches or fewer GPUs would do the same work."),
+    dict(name="Process GPU memory > 1.5× baseline (leak)", metric="process_leak_ratio", aggregation="window",
+         window_seconds=120, comparator="gt", threshold=1.5, for_seconds=300, keep_firing_for_seconds=0,
+         severity="warning",
+         explanation="A process holding 1.5× the GPU memory it used in its first 10 minutes keeps growing: a leak "
+                     "(cached tensors, a growing KV cache) that ends in out-of-memory."),
+    dict(name="P95 end-to-end > 1500 ms", metric="e2e_p95_ms", aggregation="window", window_seconds=300,
+         comparator="gt", threshold=1500, for_seconds=0, keep_firing_for_seconds=60, severity="warning",
+         explanation="Over 1.5 s at the 95th percentile of a chat request, users feel the wait."),
+    dict(name="Inference share > 60 %", metric="phase_share_percent", phase="inference", aggregation="window",
+         window_seconds=300, comparator="gt", threshold=60, for_seconds=300, keep_firing_for_seconds=0,
+         severity="info",
+         explanation="When inference is more than 60 % of end-to-end time, the model, not the app, dominates "
+                     "latency: a smaller/faster model, quantisation or speculative decoding pays most."),
+    dict(name="Network P95 > 200 ms", metric="network_p95_ms", aggregation="window", window_seconds=300,
+         comparator="gt", threshold=200, for_seconds=300, keep_firing_for_seconds=0, severity="warning",
+         explanation="Network time above 200 ms at P95 means the region or the connection is wrong "
+                     "(a far-away endpoint, no connection reuse)."),
+)
+
+
+def default_rules_install(*, project) -> list[AlertRule]:
+    """The rules of thumb for a project (idempotent: a rule of that name is left as it is)."""
+    made = []
+    for spec in DEFAULT_RULES:
+        rule, created = AlertRule.objects.get_or_create(project=project, name=spec["name"],
+                                                        defaults={**spec, "is_default": True})
+        if created:
+            made.append(rule)
+    return made
