@@ -1,0 +1,401 @@
+"""Reads of the trace explorer, over the per-trace summaries (the ``traces`` table).
+
+- ``trace_bounds``: where a trace's spans lie in time, so the trace page reads them from the
+  ``spans`` table with a narrow time range instead of a scan (the summary row is found by its
+  primary key; a trace the summariser has not seen yet falls back to the spans' trace-id bloom
+  filter).
+- ``explorer_page``: one page of traces matching an ``ExplorerQuery`` (time range, service,
+  model, status, dominant phase, duration bounds, minimum TTFT, one attribute ``key=value``,
+  trace id), sorted by start, duration, TTFT or cost, with keyset pagination: the cursor holds
+  the last row's sort value and trace id, so page N costs what page 1 costs and a trace that
+  arrives meanwhile neither repeats nor hides a row.
+- ``explorer_rows_for_ids``: the rows among given trace ids that match a query (live updates).
+
+The summary table is a ReplacingMergeTree (a trace is re-summarised when late spans arrive), so
+every read here takes the latest version with ``FINAL``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from store import get_store
+
+from .trace_math import PHASES
+
+NS = 1_000_000_000
+MS = 1_000_000
+TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+STATUSES = ("ok", "error")
+SORTS = ("start", "duration", "ttft", "cost")
+DIRECTIONS = ("asc", "desc")
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+# The attribute filter looks at spans, whose start can lie a little before their trace's start
+# (clock skew) and well after it (a long request): the spans' time window is the traces' one
+# widened by these margins, then the traces' own start range applies exactly.
+ATTRIBUTE_SKEW_NS = 5 * 60 * NS
+ATTRIBUTE_TAIL_NS = 60 * 60 * NS
+MAX_ATTRIBUTE_KEY = 256
+MAX_ATTRIBUTE_VALUE = 1024
+
+# Sort keys: one numeric expression per sort, with "unknown" (no TTFT, no cost) placed last in
+# either direction, so keyset comparisons are plain tuple comparisons (value, trace_id).
+_INT64_MAX = 2**63 - 1
+_SORT_SQL = {
+    "start": ("toUnixTimestamp64Nano(start_time)", "Int64"),
+    "duration": ("toInt64(e2e_ns)", "Int64"),
+    "ttft": ("ifNull(toInt64(ttft_ns), toInt64({null_key:Int64}))", "Int64"),
+    "cost": ("ifNull(cost_usd, {null_key:Float64})", "Float64"),
+}
+
+
+def _null_key(sort: str, direction: str):
+    if sort == "ttft":
+        return _INT64_MAX if direction == "asc" else -1
+    if sort == "cost":
+        return math.inf if direction == "asc" else -1.0
+    return None
+
+
+class QueryError(ValueError):
+    """A filter value that cannot be used; ``field`` names the URL parameter at fault."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where the next page starts: after the row with this sort value and trace id."""
+
+    sort: str
+    direction: str
+    key: int | float
+    trace_id: str
+
+    def encode(self) -> str:
+        key = self.key if not isinstance(self.key, float) else repr(self.key)
+        raw = json.dumps([self.sort, self.direction, key, self.trace_id], separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str, *, sort: str, direction: str) -> "Cursor":
+        """Parse a cursor from the URL; it must belong to the same sort (a cursor of another
+        ordering would skip or repeat rows)."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            c_sort, c_dir, key, trace_id = json.loads(raw)
+        except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+            raise QueryError("cursor", "is not a cursor this page wrote; start from the first page") from None
+        if c_sort != sort or c_dir != direction:
+            raise QueryError("cursor", "belongs to another sort order; start from the first page")
+        if not isinstance(trace_id, str) or not TRACE_ID.match(trace_id):
+            raise QueryError("cursor", "is not a cursor this page wrote; start from the first page")
+        if sort == "cost":
+            try:
+                key = float(key)
+            except (TypeError, ValueError):
+                raise QueryError("cursor", "is not a cursor this page wrote; start from the first page") from None
+            if math.isnan(key):
+                raise QueryError("cursor", "is not a cursor this page wrote; start from the first page")
+        elif not isinstance(key, int) or isinstance(key, bool) or not -1 <= key <= _INT64_MAX:
+            raise QueryError("cursor", "is not a cursor this page wrote; start from the first page")
+        return cls(sort=sort, direction=direction, key=key, trace_id=trace_id)
+
+
+@dataclass(frozen=True)
+class ExplorerQuery:
+    """What the explorer shows. Times are unix nanoseconds; the range is [start_ns, end_ns)."""
+
+    start_ns: int
+    end_ns: int
+    service: str = ""  # traces with a span of this service
+    model: str = ""  # traces that called this model
+    status: str = ""  # "ok" | "error"
+    phase: str = ""  # the trace's dominant phase (the one with the most exclusive time)
+    min_duration_ns: int | None = None
+    max_duration_ns: int | None = None
+    min_ttft_ns: int | None = None
+    attribute: tuple[str, str] | None = None  # a span attribute key and its exact value
+    trace_id: str = ""  # one trace, whatever the time range
+    sort: str = "start"
+    direction: str = "desc"
+    cursor: Cursor | None = None
+    limit: int = PAGE_SIZE
+
+    def __post_init__(self):
+        if self.sort not in SORTS:
+            raise QueryError("sort", f"must be one of {', '.join(SORTS)}")
+        if self.direction not in DIRECTIONS:
+            raise QueryError("dir", "must be asc or desc")
+        if self.status and self.status not in STATUSES:
+            raise QueryError("status", "must be ok or error")
+        if self.phase and self.phase not in PHASES:
+            raise QueryError("phase", f"must be one of {', '.join(PHASES)}")
+        if self.trace_id and not TRACE_ID.match(self.trace_id):
+            raise QueryError("trace_id", "must be 32 lowercase hex characters")
+        if self.end_ns <= self.start_ns:
+            raise QueryError("to", "must be after the start of the range")
+        if not 1 <= self.limit <= MAX_PAGE_SIZE:
+            raise QueryError("limit", f"must be between 1 and {MAX_PAGE_SIZE}")
+
+
+@dataclass(frozen=True)
+class ExplorerRow:
+    trace_id: str
+    start: datetime
+    start_ns: int
+    e2e_ns: int
+    has_root: bool
+    root_name: str
+    service: str
+    model: str
+    status: str
+    error_message: str
+    ttft_ns: int | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    cost_estimated: bool
+    span_count: int
+    phase_ns: dict[str, int] = field(default_factory=dict)
+    sort_key: int | float = 0
+
+    @property
+    def duration_ms(self) -> float:
+        return self.e2e_ns / MS
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return None if self.ttft_ns is None else self.ttft_ns / MS
+
+    @property
+    def dominant_phase(self) -> str:
+        return max(PHASES, key=lambda p: (self.phase_ns.get(p, 0), -PHASES.index(p)))
+
+    def phase_bar(self) -> list[dict]:
+        """The mini bar: each phase's share of E2E (percent of the bar's width), in phase order."""
+        total = self.e2e_ns or sum(self.phase_ns.values()) or 1
+        return [
+            {"phase": p, "ns": self.phase_ns.get(p, 0), "ms": self.phase_ns.get(p, 0) / MS,
+             "percent": round(100.0 * self.phase_ns.get(p, 0) / total, 2)}
+            for p in PHASES if self.phase_ns.get(p, 0) > 0
+        ]
+
+    def as_json(self) -> dict:
+        return {
+            "trace_id": self.trace_id, "start_ns": self.start_ns, "start": self.start.isoformat(),
+            "duration_ms": self.duration_ms, "has_root": self.has_root, "root_name": self.root_name,
+            "service": self.service, "model": self.model, "status": self.status,
+            "error_message": self.error_message, "ttft_ms": self.ttft_ms,
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd, "cost_estimated": self.cost_estimated, "span_count": self.span_count,
+            "phases": self.phase_bar(),
+        }
+
+
+@dataclass(frozen=True)
+class ExplorerPage:
+    rows: list[ExplorerRow]
+    next_cursor: Cursor | None  # None: this is the last page
+
+
+_ROW_COLUMNS = """trace_id, toUnixTimestamp64Nano(start_time) AS start_ns, e2e_ns, has_root, root_name, service,
+    model, status, error_message, ttft_ns, input_tokens, output_tokens, cost_usd, cost_estimated, span_count,
+    network_ns, preprocess_ns, inference_ns, postprocess_ns, other_ns"""
+
+# The dominant phase, with ties going to the earlier phase of PHASES (as ExplorerRow does).
+_DOMINANT_PHASE_SQL = (
+    "arrayElement(['network','preprocess','inference','postprocess','other'], "
+    "indexOf([network_ns, preprocess_ns, inference_ns, postprocess_ns, other_ns], "
+    "greatest(network_ns, preprocess_ns, inference_ns, postprocess_ns, other_ns)))"
+)
+
+
+def _row(r: dict) -> ExplorerRow:
+    start_ns = int(r["start_ns"])
+    return ExplorerRow(
+        trace_id=r["trace_id"], start=datetime.fromtimestamp(start_ns / NS, tz=timezone.utc), start_ns=start_ns,
+        e2e_ns=int(r["e2e_ns"]), has_root=bool(r["has_root"]), root_name=r["root_name"], service=r["service"],
+        model=r["model"], status=r["status"], error_message=r["error_message"],
+        ttft_ns=None if r["ttft_ns"] is None else int(r["ttft_ns"]),
+        input_tokens=int(r["input_tokens"]), output_tokens=int(r["output_tokens"]),
+        cost_usd=None if r["cost_usd"] is None else float(r["cost_usd"]), cost_estimated=bool(r["cost_estimated"]),
+        span_count=int(r["span_count"]), phase_ns={p: int(r[f"{p}_ns"]) for p in PHASES},
+        sort_key=r.get("sort_key", 0),
+    )
+
+
+def _conditions(q: ExplorerQuery, *, project_id: int) -> tuple[list[str], dict]:
+    """WHERE conditions and their parameters for every filter of ``q`` (not the cursor)."""
+    where = ["project_id = {project_id:UInt64}"]
+    params: dict = {"project_id": project_id}
+    if q.trace_id:
+        where.append("trace_id = {trace_id:FixedString(32)}")
+        params["trace_id"] = q.trace_id
+    else:
+        where.append("start_time >= fromUnixTimestamp64Nano({start_ns:Int64})")
+        where.append("start_time < fromUnixTimestamp64Nano({end_ns:Int64})")
+        params.update(start_ns=q.start_ns, end_ns=q.end_ns)
+    if q.service:
+        where.append("has(services, {service:String})")
+        params["service"] = q.service
+    if q.model:
+        where.append("has(models, {model:String})")
+        params["model"] = q.model
+    if q.status:
+        where.append("status = {status:String}")
+        params["status"] = q.status
+    if q.phase:
+        where.append(f"{_DOMINANT_PHASE_SQL} = {{phase:String}}")
+        params["phase"] = q.phase
+    if q.min_duration_ns is not None:
+        where.append("e2e_ns >= {min_duration_ns:UInt64}")
+        params["min_duration_ns"] = q.min_duration_ns
+    if q.max_duration_ns is not None:
+        where.append("e2e_ns <= {max_duration_ns:UInt64}")
+        params["max_duration_ns"] = q.max_duration_ns
+    if q.min_ttft_ns is not None:
+        where.append("ttft_ns >= {min_ttft_ns:UInt64}")
+        params["min_ttft_ns"] = q.min_ttft_ns
+    if q.attribute is not None:
+        # Resolved over spans to trace ids; the spans' time window narrows the scan to the range's
+        # partitions, and the bloom filters on the attribute keys and values (migration 0006)
+        # skip the granules that cannot hold the pair.
+        where.append(
+            "trace_id IN (SELECT trace_id FROM spans WHERE project_id = {project_id:UInt64}"
+            " AND start_time >= fromUnixTimestamp64Nano({attr_lo:Int64})"
+            " AND start_time < fromUnixTimestamp64Nano({attr_hi:Int64})"
+            " AND attributes[{attr_key:String}] = {attr_value:String})"
+        )
+        params.update(attr_key=q.attribute[0], attr_value=q.attribute[1])
+        if q.trace_id:
+            # One trace: its spans' own bounds (or all time when it was never summarised).
+            bounds = trace_bounds(project_id=project_id, trace_id=q.trace_id)
+            lo, hi = bounds if bounds else (0, _INT64_MAX)
+            params.update(attr_lo=lo, attr_hi=min(_INT64_MAX, hi + 1))
+        else:
+            params.update(attr_lo=q.start_ns - ATTRIBUTE_SKEW_NS, attr_hi=q.end_ns + ATTRIBUTE_TAIL_NS)
+    return where, params
+
+
+def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
+    """One page of the project's traces matching ``query``, in its sort order, after its cursor."""
+    where, params = _conditions(query, project_id=project_id)
+    sort_sql, sort_type = _SORT_SQL[query.sort]
+    null_key = _null_key(query.sort, query.direction)
+    if null_key is not None:
+        params["null_key"] = null_key
+    op, order = (">", "ASC") if query.direction == "asc" else ("<", "DESC")
+    if query.cursor is not None:
+        where.append(f"(sort_key, trace_id) {op} ({{cursor_key:{sort_type}}}, {{cursor_trace_id:FixedString(32)}})")
+        params.update(cursor_key=query.cursor.key, cursor_trace_id=query.cursor.trace_id)
+    params["limit"] = query.limit + 1  # one more tells whether a next page exists
+    sql = (
+        f"SELECT {_ROW_COLUMNS}, {sort_sql} AS sort_key FROM traces FINAL\n"
+        f"WHERE {' AND '.join(where)}\n"
+        f"ORDER BY sort_key {order}, trace_id {order}\n"
+        "LIMIT {limit:UInt32}"
+    )
+    result = get_store().query(sql, params, tag="dashboard.explorer.explorer_page")
+    rows = [_row(r) for r in result.dicts()]
+    next_cursor = None
+    if len(rows) > query.limit:
+        rows = rows[: query.limit]
+        last = rows[-1]
+        key = float(last.sort_key) if query.sort == "cost" else int(last.sort_key)
+        next_cursor = Cursor(sort=query.sort, direction=query.direction, key=key, trace_id=last.trace_id)
+    return ExplorerPage(rows=rows, next_cursor=next_cursor)
+
+
+def explorer_rows_for_ids(*, project_id: int, query: ExplorerQuery, trace_ids: list[str]) -> list[ExplorerRow]:
+    """The rows among ``trace_ids`` that match ``query``'s filters (its cursor and limit aside),
+    in its sort order: what a live page adds when the summariser announces new traces."""
+    ids = sorted({t for t in trace_ids if TRACE_ID.match(t)})
+    if not ids:
+        return []
+    where, params = _conditions(replace(query, cursor=None), project_id=project_id)
+    # One text parameter: array parameters are not passed alike by both backends.
+    where.append("trace_id IN (SELECT arrayJoin(splitByChar(',', {trace_ids:String})))")
+    params["trace_ids"] = ",".join(ids)
+    sort_sql, _ = _SORT_SQL[query.sort]
+    null_key = _null_key(query.sort, query.direction)
+    if null_key is not None:
+        params["null_key"] = null_key
+    order = "ASC" if query.direction == "asc" else "DESC"
+    sql = (
+        f"SELECT {_ROW_COLUMNS}, {sort_sql} AS sort_key FROM traces FINAL\n"
+        f"WHERE {' AND '.join(where)}\n"
+        f"ORDER BY sort_key {order}, trace_id {order}"
+    )
+    result = get_store().query(sql, params, tag="dashboard.explorer.explorer_rows_for_ids")
+    return [_row(r) for r in result.dicts()]
+
+
+def trace_summary(*, project_id: int, trace_id: str) -> ExplorerRow | None:
+    """The latest summary of one trace, or None when the summariser has not seen it."""
+    if not TRACE_ID.match(trace_id):
+        return None
+    result = get_store().query(
+        f"SELECT {_ROW_COLUMNS} FROM traces WHERE project_id = {{project_id:UInt64}}"
+        " AND trace_id = {trace_id:FixedString(32)} ORDER BY version DESC LIMIT 1",
+        {"project_id": project_id, "trace_id": trace_id},
+        tag="dashboard.explorer.trace_summary",
+    )
+    rows = result.dicts()
+    return _row(rows[0]) if rows else None
+
+
+def trace_bounds(*, project_id: int, trace_id: str) -> tuple[int, int] | None:
+    """(earliest span start, latest span end) of a trace in unix ns, or None if it has no spans.
+
+    From the trace's summary (a primary-key lookup) when the summariser has seen it; otherwise
+    from the spans themselves, found through their trace-id bloom filter. A caller that reads the
+    spans within these bounds (``start_time BETWEEN``) touches only their partitions and granules.
+    Spans that arrive after the latest summary may lie outside; the next summary widens the bounds.
+    """
+    if not TRACE_ID.match(trace_id):
+        return None
+    params = {"project_id": project_id, "trace_id": trace_id}
+    store = get_store()
+    result = store.query(
+        "SELECT toUnixTimestamp64Nano(spans_start) AS lo, toUnixTimestamp64Nano(spans_end) AS hi FROM traces"
+        " WHERE project_id = {project_id:UInt64} AND trace_id = {trace_id:FixedString(32)}"
+        " ORDER BY version DESC LIMIT 1",
+        params, tag="dashboard.explorer.trace_bounds",
+    )
+    if result.rows:
+        lo, hi = result.rows[0]
+        return int(lo), int(hi)
+    result = store.query(
+        "SELECT count() AS n, min(toUnixTimestamp64Nano(start_time)) AS lo,"
+        " max(toUnixTimestamp64Nano(start_time) + toInt64(duration_ns)) AS hi FROM spans"
+        " WHERE project_id = {project_id:UInt64} AND trace_id = {trace_id:FixedString(32)}",
+        params, tag="dashboard.explorer.trace_bounds_from_spans",
+    )
+    n, lo, hi = result.rows[0]
+    return (int(lo), int(hi)) if n else None
+
+
+def explorer_facets(*, project_id: int, start_ns: int, end_ns: int, limit: int = 200) -> dict[str, list[str]]:
+    """The services and models seen in the range, for the filter bar's choices."""
+    result = get_store().query(
+        "SELECT groupUniqArrayArray({limit:UInt32})(services) AS services,"
+        " groupUniqArrayArray({limit:UInt32})(models) AS models FROM traces"
+        " WHERE project_id = {project_id:UInt64}"
+        " AND start_time >= fromUnixTimestamp64Nano({start_ns:Int64})"
+        " AND start_time < fromUnixTimestamp64Nano({end_ns:Int64})",
+        {"project_id": project_id, "start_ns": start_ns, "end_ns": end_ns, "limit": limit},
+        tag="dashboard.explorer.explorer_facets",
+    )
+    row = result.dicts()[0] if result.rows else {"services": [], "models": []}
+    return {"services": sorted(s for s in row["services"] if s), "models": sorted(m for m in row["models"] if m)}
