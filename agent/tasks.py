@@ -8,6 +8,7 @@ import threading
 from celery import shared_task
 
 from projects.models import Project
+from ingest.services import resources_notify
 from store import get_store
 
 from .sampler import ResourceSampler
@@ -26,7 +27,10 @@ def local_sampler() -> ResourceSampler:
 
 def resource_samples_record(*, rows: list[dict], project_ids: list[int]) -> int:
     stamped = [{**row, "project_id": pid} for pid in project_ids for row in rows]
-    return get_store().insert("resource_samples", stamped, tag="agent.resource_samples_record")
+    count = get_store().insert("resource_samples", stamped, tag="agent.resource_samples_record")
+    for pid in project_ids:
+        resources_notify(project_id=pid, rows=rows)  # open Resources pages redraw
+    return count
 
 
 @shared_task(name="agent.tasks.sample_local_host", ignore_result=True)

@@ -1,12 +1,14 @@
+import asyncio
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from ingest.services import traces_group
+from ingest.services import live_loop_register, traces_group
 from projects.selectors import project_for_user
 
 
 class TracesConsumer(AsyncJsonWebsocketConsumer):
-    """Pushes ``traces.ingested`` events of one project to its open pages (members only)."""
+    """Pushes ``traces.ingested`` and ``resources.ingested`` events of one project to its open pages (members only)."""
 
     async def connect(self):
         user = self.scope.get("user")
@@ -18,6 +20,7 @@ class TracesConsumer(AsyncJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=4403)
             return
+        live_loop_register(asyncio.get_running_loop())
         self.group = traces_group(project.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -29,3 +32,6 @@ class TracesConsumer(AsyncJsonWebsocketConsumer):
 
     async def traces_ingested(self, event):
         await self.send_json({"type": "traces.ingested", "spans": event["spans"], "trace_ids": event["trace_ids"]})
+
+    async def resources_ingested(self, event):
+        await self.send_json({"type": "resources.ingested", "samples": event["samples"], "hosts": event["hosts"]})

@@ -131,3 +131,190 @@ def resources_latest(*, project_id: int, since_seconds: int = 3600) -> list[Reso
         )
         for r in result.dicts()
     ]
+
+
+# --- Resources over time ------------------------------------------------------------------------
+# Chart-friendly bucket widths: a range is cut into at most ``points`` buckets of the smallest of
+# these that fits, so a 15-minute view keeps 10-second detail and 30 days stay a few hundred points.
+BUCKET_STEPS_SECONDS = (10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400)
+
+
+def bucket_seconds(*, start: datetime, end: datetime, points: int = 240) -> int:
+    span = max((end - start).total_seconds(), 1.0)
+    for step in BUCKET_STEPS_SECONDS:
+        if span / step <= points:
+            return step
+    return BUCKET_STEPS_SECONDS[-1]
+
+
+def bucket_times(*, start: datetime, end: datetime, step: int) -> list[datetime]:
+    """Every bucket start from the one holding ``start`` to the one holding ``end`` (so a bucket
+    without samples is a gap in the chart, never a 0)."""
+    first = int(start.timestamp()) // step * step
+    last = int(end.timestamp()) // step * step
+    return [datetime.fromtimestamp(t, tz=timezone.utc) for t in range(first, last + 1, step)]
+
+
+@dataclass(frozen=True)
+class DeviceSeries:
+    """One host (``gpu_index`` -1: CPU and memory) or one GPU over time; ``None`` = no sample."""
+
+    host: str
+    gpu_index: int
+    gpu_name: str
+    values: dict[str, list[float | None]]  # metric -> one value per bucket of ``ResourceSeries.times``
+
+    @property
+    def label(self) -> str:
+        return self.host if self.gpu_index < 0 else f"{self.host} · GPU {self.gpu_index}"
+
+
+@dataclass(frozen=True)
+class ProcessSeries:
+    host: str
+    gpu_index: int
+    pid: int
+    name: str
+    memory_bytes: list[float | None]
+
+    @property
+    def label(self) -> str:
+        return f"{self.host} · GPU {self.gpu_index} · {self.name or 'pid'} ({self.pid})"
+
+
+@dataclass(frozen=True)
+class ResourceSeries:
+    start: datetime
+    end: datetime
+    step_seconds: int
+    times: list[datetime]
+    hosts: list[DeviceSeries]  # gpu_index -1 rows
+    gpus: list[DeviceSeries]
+    processes: list[ProcessSeries]
+
+
+# Per bucket: utilisation, temperature, power and CPU are averages of the samples; memory % is the
+# highest sample of the bucket (the 85 % rule is about peaks, and an average would hide one).
+_RESOURCES_SERIES_SQL = """
+SELECT
+    host,
+    gpu_index,
+    intDiv(toUnixTimestamp64Milli(time), {step_ms:UInt64}) * {step_ms:UInt64} AS bucket_ms,
+    any(gpu_name) AS gpu_name,
+    avg(gpu_utilization) AS gpu_utilization,
+    max(100 * gpu_memory_used / nullIf(gpu_memory_total, 0)) AS gpu_memory_percent,
+    avg(gpu_temperature) AS gpu_temperature,
+    avg(gpu_power_watts) AS gpu_power_watts,
+    avg(cpu_percent) AS cpu_percent,
+    max(100 * memory_used / nullIf(memory_total, 0)) AS memory_percent
+FROM resource_samples
+WHERE project_id = {project_id:UInt64}
+  AND time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND time < fromUnixTimestamp64Milli({end_ms:Int64})
+  AND ({host:String} = '' OR host = {host:String})
+GROUP BY host, gpu_index, bucket_ms
+ORDER BY host, gpu_index, bucket_ms
+"""
+
+# Per-process GPU memory: the highest figure per bucket, for the processes that used the most.
+_RESOURCES_PROCESSES_SQL = """
+SELECT host, gpu_index, pid, any(pname) AS name,
+       intDiv(toUnixTimestamp64Milli(time), {step_ms:UInt64}) * {step_ms:UInt64} AS bucket_ms,
+       max(mem) AS memory_bytes
+FROM resource_samples
+ARRAY JOIN process_pids AS pid, process_names AS pname, process_gpu_memory AS mem
+WHERE project_id = {project_id:UInt64}
+  AND time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND time < fromUnixTimestamp64Milli({end_ms:Int64})
+  AND ({host:String} = '' OR host = {host:String})
+  AND gpu_index >= 0
+GROUP BY host, gpu_index, pid, bucket_ms
+ORDER BY host, gpu_index, pid, bucket_ms
+"""
+
+HOST_METRICS = ("cpu_percent", "memory_percent")
+GPU_METRICS = ("gpu_utilization", "gpu_memory_percent", "gpu_temperature", "gpu_power_watts")
+
+
+def resources_series(*, project_id: int, start: datetime, end: datetime, host: str = "",
+                     points: int = 240, max_processes: int = 12) -> ResourceSeries:
+    """Host and GPU figures of the project over ``[start, end)``, in buckets sized so the range
+    has at most ``points`` of them; buckets without a sample (or samples without the figure) are
+    ``None``: a gap in the chart, never 0 (DOMAIN.md)."""
+    step = bucket_seconds(start=start, end=end, points=points)
+    times = bucket_times(start=start, end=end, step=step)
+    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
+    params = {"project_id": project_id, "step_ms": step * 1000, "host": host,
+              "start_ms": int(start.timestamp() * 1000), "end_ms": int(end.timestamp() * 1000)}
+    store = get_store()
+    devices: dict[tuple[str, int], dict] = {}
+    for r in store.query(_RESOURCES_SERIES_SQL, params, tag="dashboard.selectors.resources_series").dicts():
+        key = (r["host"], r["gpu_index"])
+        metrics = HOST_METRICS if r["gpu_index"] < 0 else GPU_METRICS
+        device = devices.setdefault(key, {"name": "", "values": {m: [None] * len(times) for m in metrics}})
+        device["name"] = device["name"] or r["gpu_name"]
+        i = index.get(r["bucket_ms"])
+        if i is None:
+            continue
+        for m in metrics:
+            value = r[m]
+            device["values"][m][i] = None if value is None or value != value else round(float(value), 3)
+    hosts, gpus = [], []
+    for (host_name, gpu_index), d in sorted(devices.items()):
+        series = DeviceSeries(host=host_name, gpu_index=gpu_index, gpu_name=d["name"], values=d["values"])
+        (hosts if gpu_index < 0 else gpus).append(series)
+
+    procs: dict[tuple[str, int, int], dict] = {}
+    for r in store.query(_RESOURCES_PROCESSES_SQL, params, tag="dashboard.selectors.resources_processes").dicts():
+        key = (r["host"], r["gpu_index"], r["pid"])
+        proc = procs.setdefault(key, {"name": r["name"], "values": [None] * len(times), "peak": 0})
+        i = index.get(r["bucket_ms"])
+        if i is not None:
+            proc["values"][i] = float(r["memory_bytes"])
+            proc["peak"] = max(proc["peak"], r["memory_bytes"])
+    top = sorted(procs.items(), key=lambda item: (-item[1]["peak"], item[0]))[:max_processes]
+    processes = [ProcessSeries(host=h, gpu_index=g, pid=p, name=d["name"], memory_bytes=d["values"])
+                 for (h, g, p), d in sorted(top)]
+    return ResourceSeries(start=start, end=end, step_seconds=step, times=times, hosts=hosts, gpus=gpus,
+                          processes=processes)
+
+
+@dataclass(frozen=True)
+class LoadSeries:
+    """Request rate and P95 end-to-end latency on the resource charts' time axis."""
+
+    times: list[datetime]
+    step_seconds: int
+    rps: list[float | None]
+    p95_e2e_ms: list[float | None]
+
+
+# Requests are traces whose root starts in the bucket (DOMAIN.md); the latest summary of each
+# trace (FINAL). P95 by t-digest (mergeable, stable between queries), as the rollups compute it.
+_TRACES_LOAD_SQL = """
+SELECT intDiv(toUnixTimestamp64Milli(start_time), {step_ms:UInt64}) * {step_ms:UInt64} AS bucket_ms,
+       count() AS requests,
+       quantileTDigest(0.95)(e2e_ns) AS p95_ns
+FROM traces FINAL
+WHERE project_id = {project_id:UInt64}
+  AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})
+GROUP BY bucket_ms
+ORDER BY bucket_ms
+"""
+
+
+def traces_load_series(*, project_id: int, start: datetime, end: datetime, step: int) -> LoadSeries:
+    """Requests/s and P95 E2E per bucket of ``step`` seconds; a bucket without requests has no
+    P95 (a gap) and a rate of 0 (no requests is a measured zero, not missing data)."""
+    times = bucket_times(start=start, end=end, step=step)
+    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
+    rps: list[float | None] = [0.0] * len(times)
+    p95: list[float | None] = [None] * len(times)
+    result = get_store().query(_TRACES_LOAD_SQL, {
+        "project_id": project_id, "step_ms": step * 1000,
+        "start_ms": int(start.timestamp() * 1000), "end_ms": int(end.timestamp() * 1000),
+    }, tag="dashboard.selectors.traces_load_series")
+    for r in result.dicts():
+        i = index.get(r["bucket_ms"])
+        if i is not None:
+            rps[i] = r["requests"] / step
+            p95[i] = round(r["p95_ns"] / 1e6, 3)
+    return LoadSeries(times=times, step_seconds=step, rps=rps, p95_e2e_ms=p95)

@@ -1,11 +1,15 @@
-from django.urls import path
+from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from . import views
+from . import trace_views, views
 
 app_name = "dashboard"
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="dashboard:traces", query_string=True), name="home"),
     path("traces/", views.traces_list, name="traces"),
+    path("traces/compare/", trace_views.trace_compare, name="trace-compare"),
+    re_path(r"^traces/(?P<trace_id>[0-9a-fA-F]{32})/$", trace_views.trace_page, name="trace"),
+    path("api/v1/traces/<str:trace_id>", trace_views.trace_api, name="trace-api"),
     path("resources/", views.resources_latest, name="resources"),
+    path("resources/series.json", views.resources_series_json, name="resources-series"),
 ]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 
+from django.apps import apps
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import JsonResponse
@@ -9,12 +10,12 @@ from django.shortcuts import render
 
 from store import StoreError, get_store
 
-from . import selectors
+from . import panels, selectors
+from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
 from .project_scope import current_project
+from .timewindow import PRESETS, TimeWindow, window_from_query
 
 log = logging.getLogger("tracedash.dashboard")
-GPU_MEMORY_THRESHOLD = 85.0  # DOMAIN.md: GPU memory % >= 85 — scale out before out-of-memory errors
-CPU_THRESHOLD = 70.0  # DOMAIN.md: host CPU % > 70 — pre/post-processing needs optimising
 
 
 STORE_DOWN = "The trace store is unavailable right now; this page will work again when it returns."
@@ -40,12 +41,68 @@ def traces_list(request):
                          lambda project_id: selectors.traces_recent(project_id=project_id))
 
 
+def _firing_alerts(project_id: int) -> list[dict]:
+    """Firing alerts to mark on the charts (empty when the alerts app is not installed)."""
+    if not apps.is_installed("alerts"):
+        return []
+    from alerts.selectors import alerts_firing_payload
+
+    return alerts_firing_payload(project_id=project_id)
+
+
+def _resources_panel(project_id: int, window: TimeWindow, host: str) -> dict:
+    series = selectors.resources_series(project_id=project_id, start=window.start, end=window.end, host=host)
+    load = selectors.traces_load_series(project_id=project_id, start=window.start, end=window.end,
+                                        step=series.step_seconds)
+    return {"series": series, "load": load,
+            "figures": panels.resources_figures(series, load, alerts=_firing_alerts(project_id))}
+
+
 @login_required
 def resources_latest(request):
-    """Latest host and GPU figures (the charts over time arrive with the panels work)."""
-    return _project_page(request, "dashboard/resources.html", "rows",
-                         lambda project_id: selectors.resources_latest(project_id=project_id),
-                         gpu_memory_threshold=GPU_MEMORY_THRESHOLD, cpu_threshold=CPU_THRESHOLD)
+    """Latest host and GPU figures, and each of them over time beside request rate and P95."""
+    window = window_from_query(request.GET)
+    host = request.GET.get("host", "")[:256]
+
+    def select(project_id):
+        return {"latest": selectors.resources_latest(project_id=project_id),
+                **_resources_panel(project_id, window, host)}
+
+    return _project_page(request, "dashboard/resources.html", "panel", select, window=window, host=host,
+                         presets=PRESETS, gpu_memory_threshold=GPU_MEMORY_THRESHOLD, cpu_threshold=CPU_THRESHOLD)
+
+
+@login_required
+def resources_series_json(request):
+    """GET /resources/series.json?range=…|from=…&to=…&host=… — the series behind /resources/ (and the
+    figures the page draws from them), for the page's live refresh and for scripts."""
+    project = current_project(request)
+    if project is None:
+        return _json_error(404, "no_project", "you are not a member of any project")
+    window = window_from_query(request.GET)
+    if window.error:
+        return _json_error(400, "invalid_window", window.error)
+    try:
+        panel = _resources_panel(project.pk, window, request.GET.get("host", "")[:256])
+    except StoreError as exc:
+        log.error("resources series failed: %s", exc)
+        return _json_error(503, "store_unavailable", STORE_DOWN)
+    series, load = panel["series"], panel["load"]
+    devices = [{"host": d.host, "gpu_index": d.gpu_index, "gpu_name": d.gpu_name, "values": d.values}
+               for d in series.hosts + series.gpus]
+    return JsonResponse({
+        "project_id": project.pk, "start": window.start.isoformat(), "end": window.end.isoformat(),
+        "step_seconds": series.step_seconds, "times": [t.isoformat() for t in series.times],
+        "devices": devices,
+        "processes": [{"host": p.host, "gpu_index": p.gpu_index, "pid": p.pid, "name": p.name,
+                       "gpu_memory_bytes": p.memory_bytes} for p in series.processes],
+        "load": {"rps": load.rps, "p95_e2e_ms": load.p95_e2e_ms},
+        "figures": panel["figures"],
+    })
+
+
+def _json_error(status: int, code: str, message: str, details: list | None = None) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message, "details": details or []}}, status=status)
 
 
 def healthz(request):

@@ -21,7 +21,7 @@ from .http import ApiError, read_body
 from .ratelimit import limiter, retry_after_header
 from .schemas import (BatchIn, EnvelopeError, FieldError, Limits, SamplesIn, decode_envelope, parse_resource_sample,
                       parse_span)
-from .services import traces_notify_async
+from .services import resources_notify_async, traces_notify_async
 from .spool import SpoolFull
 from .writer import Overloaded, get_writer
 
@@ -112,6 +112,8 @@ async def _native(request, *, envelope, name: str, table: str, parse) -> JsonRes
     await _write(table, rows)
     if table == "spans":
         await traces_notify_async(project_id=key.project_id, rows=rows)
+    else:
+        await resources_notify_async(project_id=key.project_id, rows=rows)
     return JsonResponse({"accepted": len(rows), "rejected": rejected})
 
 
@@ -169,6 +171,7 @@ async def otlp_metrics(request):
         key, content_type, points = await _otlp_begin(request, otlp.decode_metrics, "data points")
         rows, rejected = otlp.resource_rows(points, project_id=key.project_id)
         await _write("resource_samples", rows)
+        await resources_notify_async(project_id=key.project_id, rows=rows)
         return _otlp_response(content_type, otlp.metrics_response(rejected))
     except ApiError as exc:
         return exc.response()

@@ -43,3 +43,119 @@ def test_latest_figures_per_host_and_gpu(client, make_user, project_with_key):
     assert '<td class="num over">86.0</td>' in gpu  # last known memory %, at or over 85 %: flagged
     client.force_login(bob)
     assert "gpu-node-1" not in client.get("/resources/").content.decode()
+
+
+# --- over time -----------------------------------------------------------------------------------
+from datetime import datetime, timedelta, timezone  # noqa: E402
+
+from dashboard.selectors import bucket_seconds, resources_series, traces_load_series  # noqa: E402
+
+S = 10**9
+
+
+def test_bucket_width_keeps_the_range_within_the_point_budget():
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert bucket_seconds(start=now - timedelta(minutes=15), end=now) == 10
+    assert bucket_seconds(start=now - timedelta(hours=1), end=now) == 30
+    assert bucket_seconds(start=now - timedelta(hours=24), end=now) == 900  # 96 points
+    assert bucket_seconds(start=now - timedelta(days=30), end=now) == 3 * 3600  # 240 points
+    for days in (1, 7, 30, 90):
+        step = bucket_seconds(start=now - timedelta(days=days), end=now)
+        assert days * 86400 / step <= 240
+
+
+def test_series_buckets_average_and_peak_and_leave_gaps(make_user, project_with_key):
+    mine, _ = project_with_key()
+    other, _ = project_with_key()
+    end = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(hours=1)  # within the TTL
+    start = end - timedelta(minutes=15)  # 10 s buckets
+    t0 = int(start.timestamp()) * S
+    get_store().insert("resource_samples", [
+        # bucket 0: two host samples; CPU averaged, memory % the peak
+        sample(mine.pk, "h1", t=t0 + 1 * S, cpu_percent=60.0, memory_used=1, memory_total=4),
+        sample(mine.pk, "h1", t=t0 + 6 * S, cpu_percent=80.0, memory_used=3, memory_total=4),
+        # bucket 2 (bucket 1 has no sample: a gap)
+        sample(mine.pk, "h1", t=t0 + 21 * S, cpu_percent=10.0),
+        sample(mine.pk, "h1", 0, t=t0 + 2 * S, gpu_name="H100", gpu_utilization=90.0, gpu_memory_used=90,
+               gpu_memory_total=100, gpu_temperature=70.0, gpu_power_watts=400.0,
+               process_pids=[11, 12], process_names=["vllm", "py"], process_gpu_memory=[2 * 2**30, 2**30]),
+        sample(mine.pk, "h1", 0, t=t0 + 4 * S, gpu_utilization=50.0, gpu_memory_used=80, gpu_memory_total=100,
+               process_pids=[11], process_names=["vllm"], process_gpu_memory=[3 * 2**30]),
+        sample(mine.pk, "h2", t=t0 + 1 * S, cpu_percent=5.0),
+        sample(other.pk, "secret", t=t0 + 1 * S, cpu_percent=99.0),
+    ], tag="tests.resources")
+    series = resources_series(project_id=mine.pk, start=start, end=end)
+    assert series.step_seconds == 10 and len(series.times) == 91
+    assert [h.host for h in series.hosts] == ["h1", "h2"]  # never another project's host
+    h1 = series.hosts[0]
+    assert h1.values["cpu_percent"][:3] == [70.0, None, 10.0]
+    assert h1.values["memory_percent"][:3] == [75.0, None, None]  # 3rd sample carried no memory: missing, not 0
+    assert all(v is None for v in h1.values["cpu_percent"][3:])
+    (gpu,) = series.gpus
+    assert gpu.label == "h1 · GPU 0" and gpu.gpu_name == "H100"
+    assert gpu.values["gpu_utilization"][0] == 70.0
+    assert gpu.values["gpu_memory_percent"][0] == 90.0
+    assert gpu.values["gpu_temperature"][0] == 70.0 and gpu.values["gpu_power_watts"][0] == 400.0
+    procs = {p.pid: p for p in series.processes}
+    assert procs[11].memory_bytes[0] == 3 * 2**30 and procs[12].memory_bytes[0] == 2**30
+    assert procs[11].memory_bytes[1] is None
+    only_h2 = resources_series(project_id=mine.pk, start=start, end=end, host="h2")
+    assert [h.host for h in only_h2.hosts] == ["h2"] and only_h2.gpus == []
+
+
+def test_load_series_counts_requests_per_bucket_from_latest_trace_summaries(project_with_key):
+    mine, _ = project_with_key()
+    end = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(hours=1)  # within the TTL
+    start = end - timedelta(minutes=15)
+    t0 = int(start.timestamp()) * S
+    rows = []
+    for i, e2e_ms in enumerate([100, 200, 300, 400]):
+        rows.append(trace_row(mine.pk, f"{i:032x}", t0 + S * (1 + i), e2e_ms, version=1))
+    rows.append(trace_row(mine.pk, f"{0:032x}", t0 + S, 5000, version=2))  # re-summarised: latest wins
+    get_store().insert("traces", rows, tag="tests.resources")
+    load = traces_load_series(project_id=mine.pk, start=start, end=end, step=10)
+    assert load.rps[0] == 0.4 and load.rps[1] == 0.0
+    assert load.p95_e2e_ms[1] is None
+    assert 400 < load.p95_e2e_ms[0] <= 5000
+
+
+def trace_row(project_id, trace_id, start_ns, e2e_ms, *, version):
+    e2e = int(e2e_ms * 1e6)
+    return {"project_id": project_id, "trace_id": trace_id, "start_time": start_ns, "e2e_ns": e2e, "has_root": 1,
+            "spans_start": start_ns, "spans_end": start_ns + e2e, "root_name": "chat", "service": "api",
+            "model": "m", "services": ["api"], "models": ["m"], "phases": ["inference"], "status": "ok",
+            "error_message": "", "ttft_ns": None, "tpot_ns": None, "input_tokens": 0, "output_tokens": 0,
+            "cost_usd": None, "cost_estimated": 0, "span_count": 1, "network_ns": 0, "preprocess_ns": 0,
+            "inference_ns": e2e, "postprocess_ns": 0, "other_ns": 0, "version": version}
+
+
+def test_page_and_json_draw_the_series_of_the_users_project_only(client, make_user, project_with_key):
+    alice, bob = make_user(), make_user()
+    mine, _ = project_with_key(members=[alice])
+    project_with_key(members=[bob])
+    now = time.time_ns()
+    get_store().insert("resource_samples", [
+        sample(mine.pk, "gpu-node-1", 0, t=now - 30 * S, gpu_memory_used=90, gpu_memory_total=100, gpu_utilization=40.0),
+        sample(mine.pk, "gpu-node-1", t=now - 30 * S, cpu_percent=72.0),
+    ], tag="tests.resources")
+    client.force_login(alice)
+    page = client.get("/resources/?range=15m")
+    assert page.status_code == 200
+    html = page.content.decode()
+    for chart in ("fig-gpu-util", "fig-gpu-mem", "fig-gpu-temp", "fig-gpu-power", "fig-gpu-proc", "fig-host-cpu",
+                  "fig-host-mem", "fig-rps", "fig-p95"):
+        assert f'data-figure="{chart}"' in html
+    body = client.get("/resources/series.json?range=15m").json()
+    mem = body["figures"]["fig-gpu-mem"]
+    assert [t["name"] for t in mem["data"]] == ["gpu-node-1 · GPU 0"]
+    assert 90.0 in mem["data"][0]["y"]
+    assert any(s.get("y0") == 85.0 for s in mem["layout"]["shapes"])  # the 85 % line
+    cpu = body["figures"]["fig-host-cpu"]
+    assert 72.0 in cpu["data"][0]["y"] and any(s.get("y0") == 70.0 for s in cpu["layout"]["shapes"])
+    assert body["step_seconds"] == 10
+    assert {d["host"] for d in body["devices"]} == {"gpu-node-1"}
+    bad = client.get("/resources/series.json?range=2y")
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_window"
+    client.force_login(bob)
+    assert client.get("/resources/series.json?range=15m").json()["devices"] == []
+    assert client.get(f"/resources/series.json?project={mine.pk}").status_code == 404
