@@ -1,0 +1,219 @@
+"""The open-loop load generator (tracedash_sdk.loadtest) against the LLM simulator.
+
+No database, no ClickHouse: each test starts a simulator with serve() and runs a short load test
+(seconds) with small step lengths. The simulator is configured with no jitter and no load slowdown,
+so its saturation point is exactly capacity / service time (SimulatorConfig.saturation_rps).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tracedash_sdk as td
+from demo.simulator import SimulatorConfig, serve
+from tracedash_sdk.loadtest import (ArrivalClock, BurstPlan, ConstantPlan, KneeRule, LoadTest, RequestMix, ScenarioError,
+                                    Segment, StepPlan, Target, load_scenario_file)
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENS = 20
+
+# 8 slots, each request holds one for 52.5 + 19 x 2.5 = 100 ms: saturation at 80 completions/s.
+SATURATING = dict(queue_delay_ms=0.0, prefill_ms=52.5, prefill_ms_per_token=0.0, decode_ms_per_token=2.5,
+                  capacity=8, load_slowdown=0.0, jitter=0.0, error_rate=0.0)
+
+
+def _mix(**kwargs):
+    return RequestMix.single(model="sim-gpt", max_tokens=TOKENS, **kwargs)
+
+
+def test_simulator_saturation_point_is_capacity_over_service_time():
+    config = SimulatorConfig(**SATURATING)
+    assert config.saturation_rps(output_tokens=TOKENS) == pytest.approx(80.0)
+    slow = SimulatorConfig(**{**SATURATING, "load_slowdown": 0.5})
+    # a full pool decodes 1 + 0.5 * 7/8 times slower: 52.5 + 47.5 * 1.4375 ms per request
+    assert slow.saturation_rps(output_tokens=TOKENS) == pytest.approx(8 / ((52.5 + 47.5 * 1.4375) / 1000))
+    assert SimulatorConfig.instant().saturation_rps(output_tokens=TOKENS) == float("inf")
+
+
+def test_step_test_finds_the_knee_within_one_step_of_the_configured_capacity():
+    with serve(SimulatorConfig(**SATURATING)) as sim:
+        capacity = sim.config.saturation_rps(output_tokens=TOKENS)
+        plan = StepPlan(75.0, 2.0)  # steps of 37.5, 52.5, 67.5, 82.5, 97.5, ... qps
+        report = LoadTest(target=Target(sim.base_url), plan=plan, mix=_mix(), drain_timeout=2.0).run()
+    knee = report["knee"]
+    assert knee is not None, report["steps"]
+    first_over = next(k for k in range(plan.max_steps) if plan.qps_of(k) > capacity)
+    assert knee["step"] in (first_over, first_over + 1), (knee, capacity)
+    # the test stops at the knee: no step was run past it
+    assert report["stopped"] == "knee" and len(report["steps"]) == knee["step"] + 1
+    # the capacity it reports is within 10 % of the configured one
+    assert abs(knee["capacity_rps"] - capacity) <= 0.10 * capacity, knee
+    below = report["steps"][:first_over]
+    for step in below:  # below the knee the target kept up with the offered load and latency stayed flat
+        assert step["e2e_ms"]["p95"] < 130, step
+        assert step["errors"] == 0
+    assert all(s["ttft_ms"]["p50"] >= 50 for s in below)  # prefill 52.5 ms
+
+
+def _expected_recovery(plan: BurstPlan, capacity: float) -> float:
+    """Fluid model: backlog = load above capacity during ramp and hold; drained at capacity - baseline."""
+    steps = 10_000
+    backlog = 0.0
+    dt = plan.ramp_s / steps
+    for i in range(steps):
+        rate = plan.baseline_qps + (plan.peak_qps - plan.baseline_qps) * (i + 0.5) / steps
+        backlog += max(rate - capacity, 0.0) * dt
+    backlog += max(plan.peak_qps - capacity, 0.0) * plan.hold_s
+    return backlog / (capacity - plan.baseline_qps)
+
+
+def test_burst_test_measures_the_recovery_the_simulator_is_configured_for():
+    window = 0.25
+    plan = BurstPlan(40.0, baseline_s=1.5, ramp_s=1.0, hold_s=1.5, recover_s=4.5, factor=3.0)
+    with serve(SimulatorConfig(**SATURATING)) as sim:
+        capacity = sim.config.saturation_rps(output_tokens=TOKENS)
+        report = LoadTest(target=Target(sim.base_url), plan=plan, mix=_mix(), window=window, drain_timeout=2.0).run()
+    burst = report["burst"]
+    expected = _expected_recovery(plan, capacity)  # 70 queued requests / 40 rps = 1.75 s
+    assert 1.5 < expected < 2.0
+    assert burst["recovered"], burst
+    assert abs(burst["recovery_s"] - expected) <= window + 0.35, (burst["recovery_s"], expected, burst["windows"])
+    assert burst["baseline_p95_ms"] == pytest.approx(100, abs=15)
+    assert burst["burst_end_s"] == pytest.approx(4.0)
+    hold = next(s for s in report["steps"] if s["kind"] == "hold")
+    assert hold["achieved_rps"] == pytest.approx(capacity, rel=0.1)  # saturated during the hold
+    assert hold["e2e_ms"]["p95"] > 300  # and latency grew with the queue
+
+
+def test_open_loop_keeps_its_schedule_when_the_target_stalls():
+    stalled = SimulatorConfig.instant(prefill_ms=60_000.0)  # every request hangs for a minute
+    with serve(stalled) as sim:
+        plan = ConstantPlan(50.0, 2.0)
+        test = LoadTest(target=Target(sim.base_url), plan=plan, mix=_mix(), drain_timeout=0.3, window=0.5)
+        report = test.run()
+        arrived = sim.stats()["requests"]
+    assert report["totals"]["planned"] == 100
+    assert report["totals"]["sent"] == 100 and arrived == 100  # nothing held back by the 100 requests in flight
+    lags = sorted(r.sent - r.planned for r in test.results)
+    assert lags[-1] < 0.05 and lags[int(0.99 * (len(lags) - 1))] < 0.02, lags[-5:]
+    # sent evenly, 25 per half second, although not one answer came back
+    assert [w["offered_qps"] for w in report["timeline"][:4]] == [50.0] * 4
+    assert report["totals"]["unfinished"] == 100 and report["totals"]["ok"] == 0
+    assert all(r.end is None for r in test.results)
+
+
+def test_every_request_is_a_trace_tagged_with_the_run_and_step():
+    exporter = td.InMemoryExporter()
+    tracer = td.Tracer(exporter=exporter, service="loadtest")
+    with serve(SimulatorConfig.instant(decode_ms_per_token=1.0)) as sim:
+        test = LoadTest(target=Target(sim.base_url), plan=StepPlan(20.0, 0.5, max_steps=2), mix=_mix(),
+                        tracer=tracer, run_id="run-abc")
+        report = test.run()
+    records = exporter.records()
+    roots = [r for r in records if r["parent_span_id"] is None]
+    calls = [r for r in records if r["parent_span_id"] is not None]
+    assert len(roots) == len(calls) == report["totals"]["planned"] == 5 + 7
+    assert {r["attributes"]["loadtest.run_id"] for r in records} == {"run-abc"}
+    assert sorted({r["attributes"]["loadtest.step"] for r in roots}) == [0, 1]
+    by_id = {r["span_id"]: r for r in roots}
+    for call in calls:
+        assert call["phase"] == "inference" and call["model"] == "sim-gpt"
+        assert call["output_tokens"] == TOKENS and call["input_tokens"] > 0
+        assert call["ttft_ms"] is not None and 0 < call["ttft_ms"] < 1000
+        assert call["trace_id"] == by_id[call["parent_span_id"]]["trace_id"]
+
+
+def test_errors_are_counted_not_raised():
+    with serve(SimulatorConfig.instant(error_rate=1.0, error_mix={503: 1.0})) as sim:
+        report = LoadTest(target=Target(sim.base_url), plan=ConstantPlan(20.0, 0.5), mix=_mix()).run()
+    totals = report["totals"]
+    assert totals["errors"] == totals["planned"] == 10 and totals["error_rate"] == 1.0
+    assert any(kind.startswith("HTTP 503") for kind in totals["errors_by_kind"])
+
+
+def test_an_unreachable_target_is_reported_as_errors(closed_port_url):
+    report = LoadTest(target=Target(closed_port_url + "/v1"), plan=ConstantPlan(10.0, 0.3), mix=_mix()).run()
+    assert report["totals"]["errors"] == report["totals"]["planned"] == 3
+    assert "ConnectionRefusedError" in next(iter(report["totals"]["errors_by_kind"]))
+
+
+def test_uniform_arrivals_follow_the_rate_across_a_ramp():
+    clock = ArrivalClock("uniform")
+    a = Segment(0, "base", "baseline", 1.0, 10.0)
+    b = Segment(1, "ramp", "ramp", 2.0, 10.0, 30.0)
+    b.start = 1.0
+    first = list(clock.times(a))
+    second = list(clock.times(b))
+    assert first[0] == 0.0 and len(first) == 10
+    assert len(second) == 40  # integral of a 10 -> 30 qps ramp over 2 s
+    gaps = [y - x for x, y in zip(second, second[1:])]
+    assert gaps[0] > gaps[-1]  # closer together as the rate rises
+    poisson = list(ArrivalClock("poisson", seed=1).times(Segment(0, "p", "constant", 100.0, 20.0)))
+    assert 1800 < len(poisson) < 2200
+
+
+def test_mixed_scenario_files_json_and_toml(tmp_path):
+    spec = {"qps": 40, "duration": 1.5, "scenarios": [
+        {"name": "short chat", "weight": 3, "models": ["sim-gpt"], "turns": 1, "prompt_chars": 100, "max_tokens": 5},
+        {"name": "long conversation", "weight": 1, "models": ["sim-gpt", "sim-large"], "turns": 6,
+         "prompt_chars": 400, "max_tokens": 40, "system": "Be brief."}]}
+    path = tmp_path / "mix.json"
+    path.write_text(json.dumps(spec))
+    toml = tmp_path / "mix.toml"
+    toml.write_text('qps = 40\n[[scenarios]]\nname = "a"\nmodel = "sim-gpt"\nmax_tokens = 3\n'
+                    '[[scenarios]]\nname = "b"\nweight = 2\nmodels = ["x", "y"]\nturns = 3\n')
+    assert [s.name for s in load_scenario_file(str(toml))["mix"].scenarios] == ["a", "b"]
+    loaded = load_scenario_file(str(path))
+    with serve(SimulatorConfig.instant(decode_ms_per_token=0.5, models={"sim-large": {}})) as sim:
+        report = LoadTest(target=Target(sim.base_url), plan=ConstantPlan(loaded["qps"], loaded["duration"], "mixed"),
+                          mix=loaded["mix"], seed=3).run()
+    scenarios = report["groups"]["scenario"]
+    assert scenarios["short chat"]["planned"] + scenarios["long conversation"]["planned"] == 60
+    assert scenarios["short chat"]["planned"] > scenarios["long conversation"]["planned"]
+    assert set(report["groups"]["model"]) == {"sim-gpt", "sim-large"}
+    assert scenarios["short chat"]["output_tokens"] == 5 * scenarios["short chat"]["ok"]
+    assert report["totals"]["errors"] == 0
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"scenarios": [{"name": "x", "model": "m", "turns": 0}]}))
+    with pytest.raises(ScenarioError, match=r"scenarios\[0\].*'turns' must be an integer >= 1"):
+        load_scenario_file(str(bad))
+    bad.write_text(json.dumps({"scenarios": [{"name": "x", "model": "m", "colour": "red"}]}))
+    with pytest.raises(ScenarioError, match="unknown keys colour"):
+        load_scenario_file(str(bad))
+
+
+def test_knee_rule_reasons():
+    def step(i, offered, achieved, p95, err=0.0):
+        return {"index": i, "label": f"s{i}", "offered_qps": offered, "achieved_rps": achieved,
+                "e2e_ms": {"p95": p95}, "error_rate": err}
+
+    rule = KneeRule()
+    assert rule.find([step(0, 50, 50, 100), step(1, 70, 70, 110)]) is None
+    knee = rule.find([step(0, 50, 50, 100), step(1, 70, 70, 110), step(2, 90, 71, 120)])
+    assert knee["step"] == 2 and knee["capacity_rps"] == 71 and "achieved" in knee["reasons"][0]
+    assert "P95" in rule.find([step(0, 50, 50, 100), step(1, 70, 70, 250)])["reasons"][0]
+    assert "error rate" in rule.find([step(0, 50, 50, 100), step(1, 70, 70, 100, err=0.2)])["reasons"][0]
+
+
+def test_console_script_writes_the_report_and_prints_a_table(tmp_path):
+    with serve(SimulatorConfig.instant()) as sim:
+        out = tmp_path / "report.json"
+        done = subprocess.run([sys.executable, "-m", "tracedash_sdk.loadtest", "--target", sim.base_url, "--qps", "20",
+                               "--duration", "0.5", "--json", str(out), "--no-trace"],
+                              cwd=tmp_path, env={"PYTHONPATH": str(ROOT / "sdk"), "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["totals"]["ok"] == 10 and report["test_type"] == "concurrency"
+    assert "offered" in done.stdout and "20 qps" in done.stdout
+    assert "sent 10" in done.stderr  # the final progress line
+    bad = subprocess.run([sys.executable, "-m", "tracedash_sdk.loadtest", "--target", "ftp://x", "--qps", "1"],
+                         cwd=tmp_path, env={"PYTHONPATH": str(ROOT / "sdk"), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "target must be an http(s) URL" in bad.stderr
