@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "dashboard",
     "alerts",
     "agent",
+    "loadtests",
 ]
 
 MIDDLEWARE = [

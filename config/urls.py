@@ -11,5 +11,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("ingest.urls")),
     path("alerts/", include("alerts.urls")),
+    path("", include("loadtests.urls")),
     path("", include("dashboard.urls")),
 ]

@@ -1,0 +1,164 @@
+"""``python manage.py loadtest``: run an open-loop load test (tracedash_sdk.loadtest), trace every
+request into the local server, store the run and its report, print the table and the page's URL.
+
+Without ``--target`` it starts the demo simulator in a separate process (so it does not share the
+generator's GIL) with a known saturation point, and tests that."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from projects.models import Project
+
+# The simulator the command tests by default: 32 slots, each request of 20 tokens holds one for
+# 40 + 19 x 6 x (1 + 0.2 x 31/32) ms = 172 ms, so it saturates near 186 completions/s.
+DEFAULT_SIMULATOR = {"queue_delay_ms": 2.0, "prefill_ms": 40.0, "prefill_ms_per_token": 0.0,
+                     "decode_ms_per_token": 6.0, "capacity": 32, "load_slowdown": 0.2, "jitter": 0.05,
+                     "error_rate": 0.0}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Command(BaseCommand):
+    help = ("Open-loop load test of an OpenAI-compatible chat endpoint (the demo simulator by default): "
+            "concurrency, step (finds the knee), burst (measures recovery) or mixed. Every request is traced "
+            "into this server; the report is stored and shown at /loadtests/<id>/.")
+
+    def add_arguments(self, parser):
+        from tracedash_sdk.loadtest import add_arguments
+
+        add_arguments(parser, target_required=False)
+        parser.add_argument("--project", default=None,
+                            help="project that owns the run and receives the traces [the first project]")
+
+    def handle(self, *args, **options):
+        import argparse
+
+        from tracedash_sdk import Tracer
+        from tracedash_sdk.loadtest import build_load_test, format_table, new_run_id, write_report
+
+        from loadtests.services import load_test_run_create, load_test_run_fail, load_test_run_finish
+
+        ns = argparse.Namespace(**options)
+        project = self._project(ns.project)
+        base = self._server_url()
+        simulator = None
+        sim_config = None
+        if not ns.target:
+            sim_config = dict(DEFAULT_SIMULATOR)
+            simulator, ns.target = self._start_simulator(sim_config)
+        run_id = new_run_id()
+        tracer = None
+        if not ns.no_trace:
+            endpoint = ns.tracedash_endpoint or os.environ.get("TRACEDASH_ENDPOINT") or base
+            api_key = ns.tracedash_api_key or os.environ.get("TRACEDASH_API_KEY")
+            if not api_key:
+                from projects.services import api_key_create
+
+                _, api_key = api_key_create(project=project, name="loadtest command")
+            tracer = Tracer(endpoint=endpoint, api_key=api_key, service=ns.service, max_queue_spans=200_000,
+                            max_batch_spans=2_000)
+        try:
+            try:
+                test = build_load_test(ns, tracer=tracer, run_id=run_id, progress=None if ns.quiet else sys.stderr)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            if sim_config is not None:
+                from demo.simulator import SimulatorConfig
+
+                rps = SimulatorConfig.from_dict(sim_config).saturation_rps(
+                    output_tokens=ns.max_tokens, prompt_tokens=(ns.prompt_chars + 3) // 4)
+                test.metadata["simulator"] = {"config": sim_config, "saturation_rps": round(rps, 3)}
+                self.stderr.write(f"Target: the demo simulator at {ns.target} (saturates near {rps:.0f} rps "
+                                  f"for {ns.max_tokens}-token answers)")
+            run = load_test_run_create(project=project, run_id=run_id, test_type=ns.test_type, target_url=ns.target,
+                                       config={k: v for k, v in options.items() if _jsonable(v)})
+            self.stderr.write(f"Load test {run_id} ({ns.test_type}) → {base}/loadtests/{run.pk}/"
+                              + (f", traced to {tracer.exporter.endpoint}" if tracer else " (not traced)"))
+            try:
+                report = test.run()
+            except KeyboardInterrupt:
+                load_test_run_fail(run=run, error="interrupted", interrupted=True)
+                raise CommandError("interrupted")
+            except Exception as exc:  # noqa: BLE001 - recorded on the run, then re-raised
+                load_test_run_fail(run=run, error=f"{type(exc).__name__}: {exc}")
+                raise
+        finally:
+            delivered = tracer.shutdown(timeout=60.0) if tracer is not None else True
+            if simulator is not None:
+                simulator.terminate()
+                try:
+                    simulator.wait(10)
+                except subprocess.TimeoutExpired:
+                    simulator.kill()
+        if tracer is not None:
+            stats = dict(tracer.exporter.stats)
+            report["config"]["tracing"] = {"service": tracer.service, "endpoint": tracer.exporter.endpoint,
+                                           "exporter": stats}
+            if not delivered or stats.get("spans_dropped") or stats.get("batches_failed"):
+                self.stderr.write(self.style.WARNING(
+                    f"Some traces did not reach {tracer.exporter.endpoint} ({stats.get('spans_sent', 0)} spans sent, "
+                    f"{stats.get('spans_dropped', 0)} dropped): is the server running?"))
+        load_test_run_finish(run=run, report=report)
+        path = write_report(report, ns.json_path)
+        self.stdout.write(format_table(report))
+        self.stdout.write(f"Report: {path}")
+        self.stdout.write(f"Page: {base}/loadtests/{run.pk}/")
+
+    def _project(self, name):
+        if name:
+            project = Project.objects.filter(name=name).first()
+            if project is None:
+                raise CommandError(f"no project named {name!r}; create it with `manage.py create_project {name}`")
+            return project
+        project = Project.objects.order_by("pk").first()
+        if project is None:
+            raise CommandError("no project yet; create one with `manage.py create_project NAME` (or start `make run`)")
+        return project
+
+    def _server_url(self) -> str:
+        host = settings.ENV.host if settings.ENV.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return f"http://{host}:{settings.ENV.port}"
+
+    def _start_simulator(self, config: dict):
+        port = _free_port()
+        handle = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="loadtest-sim-", delete=False)
+        with handle:
+            json.dump(config, handle)
+        process = subprocess.Popen([sys.executable, "-m", "demo.simulator", "--host", "127.0.0.1", "--port", str(port),
+                                    "--config", handle.name, "--log-level", "warning"],
+                                   cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    process.kill()
+                    raise CommandError("the demo simulator did not start")
+                time.sleep(0.1)
+        os.unlink(handle.name)
+        return process, f"http://127.0.0.1:{port}/v1"
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,33 @@
+from django.db import models
+
+
+class LoadTestRun(models.Model):
+    """One load test (``manage.py loadtest``): what was asked for and the report it produced.
+
+    ``run_id`` is the id every traced request carries as ``loadtest.run_id``; ``report`` is the
+    generator's report JSON (docs/loadtest.md), kept whole so the page and the JSON download show
+    exactly what the command printed."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+        INTERRUPTED = "interrupted", "Interrupted"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="load_test_runs")
+    run_id = models.CharField(max_length=64, unique=True)
+    test_type = models.CharField(max_length=16)
+    target_url = models.CharField(max_length=500)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    config = models.JSONField(default=dict)
+    report = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["project", "-created_at"], name="loadtest_project_created")]
+
+    def __str__(self) -> str:
+        return f"{self.test_type} load test {self.run_id} ({self.status})"
