@@ -1,0 +1,324 @@
+"""One trace, whole: its spans (deduplicated), the per-trace figures of DOMAIN.md, self times, the
+critical path and the tree (depth, orphans, clock skew). The trace page, its JSON endpoint and the
+comparison page read traces here.
+
+A trace is found without scanning ``spans``: the ``traces`` summary (ordered by trace id) gives the
+time bounds of its spans, so the spans query reads only the partitions and granules of that window,
+and the trace-id bloom filter skips the rest. A trace not yet summarised (its spans arrived seconds
+ago) is still found through the bloom filter alone.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from store import get_store
+
+from .trace_math import PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, trace_summarize
+
+TRACE_ID_RE = re.compile(r"[0-9a-f]{32}\Z")
+NS = 1_000_000_000
+MS = 1_000_000
+# Span times are stored at ns precision, but a summary's bounds went through floats in some
+# clients; a small margin keeps the window from cutting off the first or last span.
+_BOUNDS_MARGIN_NS = 1_000_000
+
+# Flags shown in the header (DOMAIN.md rules of thumb).
+INFERENCE_SHARE_LIMIT = 0.60
+NETWORK_LIMIT_NS = 200 * MS
+
+
+def trace_id_valid(trace_id: str) -> bool:
+    return bool(TRACE_ID_RE.match(trace_id or ""))
+
+
+_BOUNDS_SQL = """
+SELECT toUnixTimestamp64Nano(spans_start) AS lo, toUnixTimestamp64Nano(spans_end) AS hi
+FROM traces
+WHERE project_id = {project_id:UInt64} AND trace_id = {trace_id:FixedString(32)}
+ORDER BY version DESC
+LIMIT 1
+"""
+
+
+def _trace_bounds(*, project_id: int, trace_id: str) -> tuple[int, int] | None:
+    """(earliest span start, latest span end) in ns from the per-trace summary, or None when the
+    trace has not been summarised yet."""
+    rows = get_store().query(_BOUNDS_SQL, {"project_id": project_id, "trace_id": trace_id},
+                             tag="dashboard.trace_detail.trace_bounds").rows
+    return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+
+_SPANS_SQL = f"""
+SELECT {SPAN_FIELDS_SQL}, attributes, resource_attributes,
+    arrayMap(t -> toUnixTimestamp64Nano(t), event_times) AS event_ns, event_names, event_attributes
+FROM spans
+WHERE project_id = {{project_id:UInt64}} AND trace_id = {{trace_id:FixedString(32)}}
+  {{window}}
+ORDER BY ingested_at DESC
+LIMIT 1 BY span_id
+"""
+_WINDOW = ("AND start_time >= fromUnixTimestamp64Nano({lo:Int64}) "
+           "AND start_time <= fromUnixTimestamp64Nano({hi:Int64})")
+
+
+def trace_spans(*, project_id: int, trace_id: str) -> list[dict]:
+    """The trace's spans, one per span_id (the most recently ingested copy of a re-sent span)."""
+    params = {"project_id": project_id, "trace_id": trace_id}
+    bounds = _trace_bounds(project_id=project_id, trace_id=trace_id)
+    window = ""
+    if bounds is not None:
+        # spans_end is the latest end; a span starts no later than that.
+        params.update(lo=bounds[0] - _BOUNDS_MARGIN_NS, hi=bounds[1] + _BOUNDS_MARGIN_NS)
+        window = _WINDOW
+    rows = get_store().query(_SPANS_SQL.replace("{window}", window), params,
+                             tag="dashboard.trace_detail.trace_spans").dicts()
+    if bounds is not None and not rows:
+        # The summary is stale (e.g. the trace's spans expired): look without the window.
+        rows = get_store().query(_SPANS_SQL.replace("{window}", ""), {"project_id": project_id, "trace_id": trace_id},
+                                 tag="dashboard.trace_detail.trace_spans").dicts()
+    return rows
+
+
+@dataclass
+class SpanView:
+    """A span as the waterfall shows it (one row)."""
+
+    span_id: str
+    parent_span_id: str
+    name: str
+    phase: str
+    service: str
+    model: str
+    start_ns: int
+    duration_ns: int
+    status: str
+    status_message: str
+    ttft_ns: int | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    attributes: dict
+    resource_attributes: dict
+    events: list[dict]
+    depth: int
+    self_ns: int
+    child_count: int
+    orphan: bool  # its parent id is set, but no such span arrived
+    extra_root: bool  # a second span without a parent (the first, longest one is the root)
+    critical_ns: int  # time of this span on the critical path (0: not on it)
+    skew_note: str  # "starts 12.0 ms before its parent" etc. ('' if inside its parent)
+
+    def as_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class TraceDetail:
+    project_id: int
+    trace_id: str
+    summary: TraceSummary
+    spans: list[SpanView]  # depth-first: the root's tree, other parentless spans, then orphans
+    critical_path: list[tuple[str, int, int]]
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def start_ns(self) -> int:
+        return min((s.start_ns for s in self.spans), default=0)
+
+    @property
+    def end_ns(self) -> int:
+        return max((s.start_ns + s.duration_ns for s in self.spans), default=0)
+
+    def phases(self) -> list[dict]:
+        """Exclusive time per phase with its share of E2E, in PHASES order."""
+        e2e = self.summary.e2e_ns
+        return [{"phase": p, "ns": self.summary.phase_ns.get(p, 0),
+                 "share": (self.summary.phase_ns.get(p, 0) / e2e) if e2e > 0 else None} for p in PHASES]
+
+
+def _skew_note(span: dict, parent: dict | None) -> str:
+    if parent is None:
+        return ""
+    start, end = int(span["start_ns"]), int(span["start_ns"]) + int(span["duration_ns"])
+    p_start, p_end = int(parent["start_ns"]), int(parent["start_ns"]) + int(parent["duration_ns"])
+    notes = []
+    if start < p_start:
+        notes.append(f"starts {(p_start - start) / MS:.1f} ms before its parent")
+    if end > p_end:
+        notes.append(f"ends {(end - p_end) / MS:.1f} ms after its parent")
+    if notes:
+        return "; ".join(notes) + " (clock skew between hosts?); drawn where it was reported"
+    return ""
+
+
+def trace_flags(summary: TraceSummary) -> list[str]:
+    """The DOMAIN.md rules of thumb this trace breaks."""
+    flags = []
+    share = summary.phase_share("inference")
+    if share is not None and share > INFERENCE_SHARE_LIMIT:
+        flags.append(f"Inference is {share:.0%} of latency (over {INFERENCE_SHARE_LIMIT:.0%}): the model, not the app, dominates.")
+    network = summary.phase_ns.get("network", 0)
+    if network > NETWORK_LIMIT_NS:
+        flags.append(f"Network time is {network / MS:.0f} ms (over {NETWORK_LIMIT_NS // MS} ms): check the region or the connection.")
+    return flags
+
+
+def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict]) -> TraceDetail:
+    """The whole trace from its (deduplicated) span rows."""
+    tree = Tree.build(rows)
+    summary = trace_summarize((), tree=tree)
+    path = critical_path((), tree=tree)
+    critical: dict[str, int] = {}
+    for span_id, lo, hi in path:
+        critical[span_id] = critical.get(span_id, 0) + (hi - lo)
+    orphans = set(tree.orphans)
+    extra_roots = sorted((sid for sid, s in tree.spans.items() if not s.get("parent_span_id") and sid != tree.root),
+                         key=lambda sid: (int(tree.spans[sid]["start_ns"]), sid))
+    tops = ([tree.root] if tree.root is not None else []) + extra_roots + list(tree.orphans)
+
+    views: list[SpanView] = []
+    stack = [(sid, 0) for sid in reversed(tops)]
+    while stack:  # iterative depth-first walk: a 10,000-deep chain must not hit the recursion limit
+        span_id, depth = stack.pop()
+        span = tree.spans[span_id]
+        kids = tree.children.get(span_id, [])
+        parent = tree.spans.get(span.get("parent_span_id") or "")
+        self_ns = sum(e - s for s, e in tree.self_intervals(span_id))
+        views.append(SpanView(
+            span_id=span_id, parent_span_id=str(span.get("parent_span_id") or ""), name=str(span["name"]),
+            phase=str(span.get("phase") or "other"), service=str(span.get("service") or ""),
+            model=str(span.get("model") or ""), start_ns=int(span["start_ns"]), duration_ns=int(span["duration_ns"]),
+            status=str(span.get("status") or "ok"), status_message=str(span.get("status_message") or ""),
+            ttft_ns=None if span.get("ttft_ns") is None else int(span["ttft_ns"]),
+            input_tokens=int(span.get("input_tokens") or 0), output_tokens=int(span.get("output_tokens") or 0),
+            cost_usd=span.get("cost_usd"), attributes=dict(span.get("attributes") or {}),
+            resource_attributes=dict(span.get("resource_attributes") or {}),
+            events=[{"time_ns": int(t), "name": n, "attributes": dict(a)} for t, n, a in
+                    zip(span.get("event_ns") or [], span.get("event_names") or [], span.get("event_attributes") or [])],
+            depth=depth, self_ns=self_ns, child_count=len(kids), orphan=span_id in orphans,
+            extra_root=span_id in extra_roots, critical_ns=critical.get(span_id, 0), skew_note=_skew_note(span, parent),
+        ))
+        stack.extend((kid, depth + 1) for kid in reversed(kids))
+    return TraceDetail(project_id=project_id, trace_id=trace_id, summary=summary, spans=views,
+                       critical_path=path, flags=trace_flags(summary))
+
+
+def trace_get(*, project_id: int, trace_id: str) -> TraceDetail | None:
+    """The trace of this project, or None (unknown id, or another project's trace)."""
+    if not trace_id_valid(trace_id):
+        return None
+    rows = trace_spans(project_id=project_id, trace_id=trace_id)
+    if not rows:
+        return None
+    return trace_detail_build(project_id=project_id, trace_id=trace_id, rows=rows)
+
+
+def summary_json(summary: TraceSummary) -> dict:
+    return {
+        "start_ns": summary.start_ns, "e2e_ns": summary.e2e_ns, "has_root": summary.has_root,
+        "root_name": summary.root_name, "service": summary.service, "model": summary.model,
+        "status": summary.status, "error_message": summary.error_message, "ttft_ns": summary.ttft_ns,
+        "tpot_ns": summary.tpot_ns, "input_tokens": summary.input_tokens, "output_tokens": summary.output_tokens,
+        "cost_usd": summary.cost_usd, "cost_estimated": summary.cost_estimated, "span_count": summary.span_count,
+        "phase_ns": {p: summary.phase_ns.get(p, 0) for p in PHASES},
+    }
+
+
+def trace_json(detail: TraceDetail) -> dict:
+    """The JSON of ``GET /api/v1/traces/<id>`` (and the trace page's data): times in integer ns."""
+    return {
+        "trace_id": detail.trace_id,
+        "project_id": detail.project_id,
+        "summary": summary_json(detail.summary),
+        "phases": detail.phases(),
+        "flags": detail.flags,
+        "critical_path": [{"span_id": s, "start_ns": lo, "end_ns": hi} for s, lo, hi in detail.critical_path],
+        "spans": [s.as_json() for s in detail.spans],
+    }
+
+
+# --- comparison -----------------------------------------------------------------------------------
+
+COMPARE_FIGURES = ("e2e_ns", "ttft_ns", "input_tokens", "output_tokens", "cost_usd") + tuple(f"{p}_ns" for p in PHASES)
+
+# Exact medians (NULLs, i.e. a missing TTFT or cost, are skipped); the inner query reads the latest
+# version of each trace's summary.
+_ENDPOINT_P50_SQL = """
+SELECT
+    count() AS traces,
+    countIf(ttft_ns IS NOT NULL) AS ttft_count,
+    countIf(cost_usd IS NOT NULL) AS cost_count,
+    """ + ",\n    ".join(f"quantileExact(0.5)({name}) AS p50_{name}" for name in COMPARE_FIGURES) + """
+FROM (
+    SELECT * FROM traces
+    WHERE project_id = {project_id:UInt64}
+      AND start_time >= fromUnixTimestamp64Nano({since_ns:Int64})
+      AND service = {service:String} AND root_name = {root_name:String} AND has_root = 1
+    ORDER BY version DESC
+    LIMIT 1 BY trace_id
+)
+"""
+
+
+@dataclass
+class Baseline:
+    """The P50 of each figure over an endpoint's traces (each figure's own median: the phase
+    medians need not add up to the E2E median)."""
+
+    label: str
+    traces: int
+    figures: dict[str, float | None]
+
+
+def trace_figures(summary: TraceSummary) -> dict[str, float | None]:
+    figures = {"e2e_ns": summary.e2e_ns, "ttft_ns": summary.ttft_ns, "input_tokens": summary.input_tokens,
+               "output_tokens": summary.output_tokens, "cost_usd": summary.cost_usd}
+    figures.update({f"{p}_ns": summary.phase_ns.get(p, 0) for p in PHASES})
+    return figures
+
+
+def endpoint_p50(*, project_id: int, service: str, root_name: str, since_seconds: int = 24 * 3600) -> Baseline:
+    """Exact medians over the endpoint's (same service and root span name) traces that started in
+    the last ``since_seconds``, from the per-trace summaries."""
+    row = get_store().query(
+        _ENDPOINT_P50_SQL,
+        {"project_id": project_id, "service": service, "root_name": root_name,
+         "since_ns": time.time_ns() - since_seconds * NS},
+        tag="dashboard.trace_detail.endpoint_p50",
+    ).dicts()[0]
+    count = int(row["traces"])
+    figures: dict[str, float | None] = {}
+    for name in COMPARE_FIGURES:
+        value = row[f"p50_{name}"] if count else None
+        if name == "ttft_ns" and not row["ttft_count"]:
+            value = None
+        if name == "cost_usd" and not row["cost_count"]:
+            value = None
+        figures[name] = None if value is None else float(value)
+    hours = since_seconds / 3600
+    return Baseline(label=f"P50 of {service} · {root_name} (last {hours:g} h, {count} traces)", traces=count, figures=figures)
+
+
+@dataclass
+class CompareRow:
+    figure: str
+    a: float | None
+    b: float | None
+
+    @property
+    def diff(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def diff_percent(self) -> float | None:
+        if self.diff is None or not self.a:
+            return None
+        return 100.0 * self.diff / self.a
+
+
+def compare_rows(a: dict[str, float | None], b: dict[str, float | None]) -> list[CompareRow]:
+    """Per figure: A, B, B − A and (B − A) / A."""
+    return [CompareRow(figure=name, a=a.get(name), b=b.get(name)) for name in COMPARE_FIGURES]

@@ -1,0 +1,174 @@
+"""The trace page (``/traces/<id>/``), its JSON (``GET /api/v1/traces/<id>``) and the comparison
+page (``/traces/compare/``). Thin: they find the project, call ``trace_detail`` and render."""
+
+from __future__ import annotations
+
+import logging
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from ingest.auth import authenticate_request
+from ingest.http import ApiError
+from projects.selectors import project_for_user, projects_for_user
+from store import StoreError
+
+from . import trace_detail
+from .charts import PHASE_COLORS
+from .project_scope import current_project
+from .views import STORE_DOWN
+
+log = logging.getLogger("tracedash.dashboard")
+MS = 1_000_000
+
+
+def _candidate_projects(request):
+    """The projects a session user may read a trace from: ``?project=`` alone if given (member
+    only: 404 otherwise), else the current project first, then the user's others, so a shared
+    link to a trace opens whichever of the user's projects holds it."""
+    requested = request.GET.get("project")
+    if requested is not None:
+        project = project_for_user(user=request.user, project_id=requested)
+        if project is None:
+            raise Http404("No such project")
+        return [project]
+    current = current_project(request)
+    others = [p for p in projects_for_user(user=request.user) if current is None or p.pk != current.pk]
+    return ([current] if current is not None else []) + others
+
+
+def _find_trace(projects, trace_id: str):
+    for project in projects:
+        detail = trace_detail.trace_get(project_id=project.pk, trace_id=trace_id)
+        if detail is not None:
+            return project, detail
+    return None, None
+
+
+def _ms(ns) -> float | None:
+    return None if ns is None else ns / MS
+
+
+def _header(detail: trace_detail.TraceDetail) -> dict:
+    s = detail.summary
+    phases = [{**p, "ms": p["ns"] / MS, "percent": None if p["share"] is None else 100 * p["share"],
+               "color": PHASE_COLORS[p["phase"]]} for p in detail.phases()]
+    return {"e2e_ms": _ms(s.e2e_ns), "ttft_ms": _ms(s.ttft_ns), "tpot_ms": _ms(s.tpot_ns), "summary": s,
+            "phases": phases, "flags": detail.flags}
+
+
+@login_required
+@require_GET
+def trace_page(request, trace_id: str):
+    trace_id = trace_id.lower()
+    if not trace_detail.trace_id_valid(trace_id):
+        raise Http404("Not a trace id")
+    try:
+        project, detail = _find_trace(_candidate_projects(request), trace_id)
+    except StoreError as exc:
+        log.error("trace page failed: %s", exc)
+        return render(request, "dashboard/trace.html", {"store_error": STORE_DOWN, "trace_id": trace_id}, status=503)
+    if detail is None:
+        raise Http404("No such trace in your projects")
+    return render(request, "dashboard/trace.html", {
+        "trace_id": trace_id, "trace_project": project, "header": _header(detail),
+        "trace_data": trace_detail.trace_json(detail), "phase_colors": PHASE_COLORS,
+    })
+
+
+@require_GET
+def trace_api(request, trace_id: str):
+    """``GET /api/v1/traces/<id>``: a project key (Bearer) reads its project's traces; a logged-in
+    user reads the traces of projects they are a member of."""
+    try:
+        trace_id = trace_id.lower()
+        if request.headers.get("Authorization") or not request.user.is_authenticated:
+            projects = [authenticate_request(request).project]
+        else:
+            try:
+                projects = _candidate_projects(request)
+            except Http404:
+                raise ApiError(404, "not_found", "no such project among yours",
+                               details=[{"field": "project", "message": "not a project you are a member of"}]) from None
+        if not trace_detail.trace_id_valid(trace_id):
+            raise ApiError(400, "invalid_trace_id", "trace_id must be 32 lowercase hex characters",
+                           details=[{"field": "trace_id", "message": "expected 32 hex characters"}])
+        try:
+            _, detail = _find_trace(projects, trace_id)
+        except StoreError as exc:
+            log.error("trace api failed: %s", exc)
+            raise ApiError(503, "store_unavailable", "the trace store is unavailable; retry later",
+                           headers={"Retry-After": "5"}) from exc
+        if detail is None:
+            raise ApiError(404, "not_found", f"no trace {trace_id} in this project")
+    except ApiError as exc:
+        return exc.response()
+    return JsonResponse(trace_detail.trace_json(detail))
+
+
+_FIGURE_LABELS = {
+    "e2e_ns": ("End-to-end", "ms"), "ttft_ns": ("TTFT", "ms"), "input_tokens": ("Input tokens", "tokens"),
+    "output_tokens": ("Output tokens", "tokens"), "cost_usd": ("Cost", "USD"),
+    "network_ns": ("Network", "ms"), "preprocess_ns": ("Pre-processing", "ms"),
+    "inference_ns": ("Inference", "ms"), "postprocess_ns": ("Post-processing", "ms"), "other_ns": ("Other", "ms"),
+}
+
+
+def _compare_table(rows):
+    out = []
+    for row in rows:
+        label, unit = _FIGURE_LABELS[row.figure]
+        scale = MS if unit == "ms" else 1
+
+        def conv(v):
+            return None if v is None else v / scale
+
+        phase = row.figure[:-3] if row.figure.endswith("_ns") and row.figure[:-3] in PHASE_COLORS else None
+        out.append({"figure": row.figure, "label": label, "unit": unit, "a": conv(row.a), "b": conv(row.b),
+                    "diff": conv(row.diff), "percent": row.diff_percent, "phase": phase,
+                    "color": PHASE_COLORS.get(phase or "", "")})
+    return out
+
+
+@login_required
+@require_GET
+def trace_compare(request):
+    """Two traces side by side (``?a=<id>&b=<id>``), or a trace and the P50 of its endpoint
+    (``?a=<id>&b=p50``): per-phase differences, E2E, TTFT, tokens and cost."""
+    a_id = (request.GET.get("a") or "").strip().lower()
+    b_id = (request.GET.get("b") or "").strip().lower()
+    context = {"a_id": a_id, "b_id": b_id, "errors": [], "rows": None}
+    if not a_id:
+        return render(request, "dashboard/trace_compare.html", context)
+    for name, value in (("a", a_id), ("b", b_id)):
+        if value and value != "p50" and not trace_detail.trace_id_valid(value):
+            context["errors"].append(f"{name.upper()}: {value!r} is not a trace id (32 hex characters)")
+    if a_id == "p50":
+        context["errors"].append("A must be a trace; only B can be the endpoint's P50")
+    if context["errors"]:
+        return render(request, "dashboard/trace_compare.html", context, status=400)
+    try:
+        projects = _candidate_projects(request)
+        project, a = _find_trace(projects, a_id)
+        if a is None:
+            raise Http404("No such trace in your projects")
+        if not b_id or b_id == "p50":
+            baseline = trace_detail.endpoint_p50(project_id=project.pk, service=a.summary.service,
+                                                 root_name=a.summary.root_name)
+            b_label, b_figures, b_trace = baseline.label, baseline.figures, None
+            context["baseline_traces"] = baseline.traces
+        else:
+            _, b = _find_trace([project], b_id)
+            if b is None:
+                raise Http404("No trace B in the same project")
+            b_label, b_figures, b_trace = f"Trace {b_id}", trace_detail.trace_figures(b.summary), b
+    except StoreError as exc:
+        log.error("trace compare failed: %s", exc)
+        context["store_error"] = STORE_DOWN
+        return render(request, "dashboard/trace_compare.html", context, status=503)
+    rows = trace_detail.compare_rows(trace_detail.trace_figures(a.summary), b_figures)
+    context.update(a=a, b=b_trace, a_label=f"Trace {a_id}", b_label=b_label, rows=_compare_table(rows),
+                   b_is_p50=b_trace is None, trace_project=project)
+    return render(request, "dashboard/trace_compare.html", context)

@@ -1,0 +1,204 @@
+"""The trace selector, its JSON endpoint and the comparison: scoping, dedup, orphans, skew."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.urls import reverse
+
+from dashboard.trace_detail import endpoint_p50, trace_get, trace_json
+from tests.spans import llm_trace, span_id, trace_id
+from tests.trace_seed import insert_spans, seed
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+MS = 1_000_000
+
+
+def _by_name(detail):
+    return {s.name: s for s in detail.spans}
+
+
+def test_trace_get_returns_tree_figures_and_critical_path(project_with_key):
+    project, _ = project_with_key()
+    spans = llm_trace()
+    tid = seed(spans, project_id=project.pk)
+    detail = trace_get(project_id=project.pk, trace_id=tid)
+    assert detail is not None
+    assert [s.name for s in detail.spans] == ["chat", "network", "preprocess", "inference", "postprocess"]
+    assert [s.depth for s in detail.spans] == [0, 1, 1, 1, 1]
+    s = detail.summary
+    assert s.e2e_ns == 1200 * MS and s.ttft_ns == int(210.5 * MS)
+    assert s.phase_ns["inference"] == 900 * MS and s.phase_ns["network"] == 80 * MS
+    assert (s.input_tokens, s.output_tokens) == (812, 164)
+    by_name = _by_name(detail)
+    assert by_name["chat"].self_ns == (1200 - 1160) * MS  # root minus its children
+    assert by_name["chat"].attributes == {"http.route": "/v1/chat", "user.tier": "pro"}
+    assert by_name["inference"].events[0]["name"] == "first_token"
+    assert by_name["inference"].events[0]["time_ns"] == spans[3]["start_time"] + 210 * MS
+    # All five are on the critical path: the phases run one after another.
+    assert {seg[0] for seg in detail.critical_path} == {sp.span_id for sp in detail.spans}
+    assert sum(hi - lo for _, lo, hi in detail.critical_path) == 1200 * MS
+    assert detail.flags and "Inference is 75%" in detail.flags[0]
+
+
+def test_unknown_or_malformed_id_is_none(project_with_key):
+    project, _ = project_with_key()
+    seed(llm_trace(), project_id=project.pk)
+    assert trace_get(project_id=project.pk, trace_id=trace_id()) is None
+    assert trace_get(project_id=project.pk, trace_id="not-a-trace") is None
+    assert trace_get(project_id=project.pk, trace_id="A" * 32) is None  # ids are lowercase
+
+
+def test_other_projects_trace_is_not_found(project_with_key):
+    mine, _ = project_with_key()
+    theirs, _ = project_with_key()
+    tid = seed(llm_trace(), project_id=theirs.pk)
+    assert trace_get(project_id=theirs.pk, trace_id=tid) is not None
+    assert trace_get(project_id=mine.pk, trace_id=tid) is None
+
+
+def test_resent_spans_are_deduplicated_latest_copy_wins(project_with_key):
+    project, _ = project_with_key()
+    spans = llm_trace()
+    insert_spans(spans, project_id=project.pk)
+    time.sleep(0.01)  # a later ingested_at
+    resent = [dict(sp) for sp in spans]
+    resent[4]["name"] = "postprocess (retried)"
+    insert_spans(resent, project_id=project.pk)
+    detail = trace_get(project_id=project.pk, trace_id=spans[0]["trace_id"])
+    assert len(detail.spans) == 5 and detail.summary.span_count == 5
+    assert "postprocess (retried)" in _by_name(detail)
+    assert detail.summary.input_tokens == 812  # not doubled
+
+
+def test_found_without_a_summary_row_and_with_one(project_with_key):
+    project, _ = project_with_key()
+    spans = llm_trace()
+    tid = seed(spans, project_id=project.pk, summary=False)
+    assert trace_get(project_id=project.pk, trace_id=tid).summary.span_count == 5
+    seed(llm_trace(), project_id=project.pk)  # another trace, summarised
+    from tests.trace_seed import summarise
+
+    summarise(tid, project_id=project.pk)
+    assert trace_get(project_id=project.pk, trace_id=tid).summary.span_count == 5
+
+
+def test_orphans_extra_roots_and_clock_skew_are_kept_and_marked(project_with_key):
+    project, _ = project_with_key()
+    tid, root, child = trace_id(), span_id(), span_id()
+    start = time.time_ns() - 10_000_000_000
+    spans = [
+        {"trace_id": tid, "span_id": root, "parent_span_id": None, "name": "root", "phase": "other",
+         "service": "api", "start_time": start, "duration_ms": 100},
+        # clock skew: starts 5 ms before its parent and ends 20 ms after it
+        {"trace_id": tid, "span_id": child, "parent_span_id": root, "name": "skewed", "phase": "network",
+         "service": "edge", "start_time": start - 5 * MS, "duration_ms": 125},
+        {"trace_id": tid, "span_id": span_id(), "parent_span_id": span_id(), "name": "lost child", "phase": "inference",
+         "service": "llm", "start_time": start + 10 * MS, "duration_ms": 30},
+        {"trace_id": tid, "span_id": span_id(), "parent_span_id": None, "name": "second root", "phase": "other",
+         "service": "api", "start_time": start + 1 * MS, "duration_ms": 2},
+    ]
+    seed(spans, project_id=project.pk)
+    detail = trace_get(project_id=project.pk, trace_id=tid)
+    by_name = _by_name(detail)
+    assert [s.name for s in detail.spans] == ["root", "skewed", "second root", "lost child"]
+    assert by_name["lost child"].orphan and by_name["lost child"].depth == 0
+    assert by_name["second root"].extra_root and not by_name["second root"].orphan
+    assert not by_name["root"].orphan and not by_name["skewed"].orphan
+    assert by_name["skewed"].skew_note.startswith("starts 5.0 ms before its parent; ends 20.0 ms after its parent")
+    assert by_name["skewed"].start_ns == start - 5 * MS  # drawn where it was reported
+    assert by_name["root"].skew_note == ""
+    assert detail.summary.e2e_ns == 100 * MS and detail.summary.has_root
+
+
+def _client(client, user):
+    client.force_login(user)
+    return client
+
+
+def test_api_by_key_and_by_session_is_scoped(client, make_user, project_with_key):
+    alice, bob = make_user(), make_user()
+    mine, my_key = project_with_key(members=[alice])
+    theirs, their_key = project_with_key(members=[bob])
+    tid = seed(llm_trace(), project_id=mine.pk)
+    url = reverse("dashboard:trace-api", args=[tid])
+
+    ok = client.get(url, HTTP_AUTHORIZATION=f"Bearer {my_key}")
+    assert ok.status_code == 200
+    body = ok.json()
+    assert body["trace_id"] == tid and body["project_id"] == mine.pk
+    assert body["summary"]["e2e_ns"] == 1200 * MS and len(body["spans"]) == 5
+    assert {p["phase"] for p in body["phases"]} == {"network", "preprocess", "inference", "postprocess", "other"}
+    assert body["critical_path"][-1]["span_id"] == body["spans"][0]["span_id"]  # the root's own last 40 ms
+
+    other = client.get(url, HTTP_AUTHORIZATION=f"Bearer {their_key}")
+    assert other.status_code == 404 and other.json()["error"]["code"] == "not_found"
+    assert client.get(url).status_code == 401  # no key, no session
+    assert client.get(url, HTTP_AUTHORIZATION="Bearer td_nope").json()["error"]["code"] == "invalid_key"
+
+    assert _client(client, alice).get(url).json()["trace_id"] == tid
+    client.logout()
+    assert _client(client, bob).get(url).status_code == 404
+    assert client.get(url + f"?project={mine.pk}").status_code == 404  # not bob's project
+    bad = client.get(reverse("dashboard:trace-api", args=["xyz"]))
+    assert bad.status_code == 400 and bad.json()["error"]["details"][0]["field"] == "trace_id"
+
+
+def test_trace_page_is_scoped_to_members(client, make_user, project_with_key):
+    alice, bob = make_user(), make_user()
+    mine, _ = project_with_key(members=[alice])
+    project_with_key(members=[bob])
+    tid = seed(llm_trace(name="checkout <b>"), project_id=mine.pk)
+    url = reverse("dashboard:trace", args=[tid])
+    assert client.get(url).status_code == 302  # to the login page
+    page = _client(client, alice).get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "checkout &lt;b&gt;" in html and "checkout <b>" not in html.split('id="trace-data"')[0]
+    assert "Inference is 75%" in html
+    client.logout()
+    assert _client(client, bob).get(url).status_code == 404
+    assert client.get(reverse("dashboard:trace", args=[trace_id()])).status_code == 404
+
+
+def test_trace_json_is_json_serialisable_and_round_trips(project_with_key):
+    import json
+
+    project, _ = project_with_key()
+    tid = seed(llm_trace(error=True), project_id=project.pk)
+    body = json.loads(json.dumps(trace_json(trace_get(project_id=project.pk, trace_id=tid))))
+    assert body["summary"]["status"] == "error" and body["summary"]["error_message"] == "upstream timeout"
+
+
+def test_compare_two_traces_and_against_endpoint_p50(client, make_user, project_with_key):
+    alice = make_user()
+    project, _ = project_with_key(members=[alice])
+    fast = llm_trace(name="chat")
+    slow = llm_trace(name="chat")
+    slow[3]["duration_ms"] = 1800  # inference 900 -> 1800 ms, and the root 1200 -> 2100 ms
+    slow[0]["duration_ms"] = 2100
+    a, b = seed(fast, project_id=project.pk), seed(slow, project_id=project.pk)
+    for _ in range(3):
+        seed(llm_trace(name="chat"), project_id=project.pk)
+    seed(llm_trace(name="other-endpoint"), project_id=project.pk)
+
+    baseline = endpoint_p50(project_id=project.pk, service="chat-api", root_name="chat")
+    assert baseline.traces == 5
+    assert baseline.figures["inference_ns"] == 900 * MS and baseline.figures["e2e_ns"] == 1200 * MS
+
+    _client(client, alice)
+    page = client.get(reverse("dashboard:trace-compare"), {"a": a, "b": b})
+    assert page.status_code == 200
+    rows = {r["figure"]: r for r in page.context["rows"]}
+    assert rows["e2e_ns"]["a"] == 1200 and rows["e2e_ns"]["b"] == 2100 and rows["e2e_ns"]["diff"] == 900
+    assert rows["inference_ns"]["diff"] == 900 and rows["inference_ns"]["percent"] == 100.0
+    assert rows["network_ns"]["diff"] == 0
+
+    p50 = client.get(reverse("dashboard:trace-compare"), {"a": b, "b": "p50"})
+    rows = {r["figure"]: r for r in p50.context["rows"]}
+    assert rows["inference_ns"]["b"] == 900 and rows["inference_ns"]["a"] == 1800
+    assert "P50 of chat-api · chat" in p50.content.decode()
+
+    assert client.get(reverse("dashboard:trace-compare"), {"a": "nope"}).status_code == 400
+    assert client.get(reverse("dashboard:trace-compare"), {"a": trace_id()}).status_code == 404
