@@ -64,3 +64,20 @@ def request(project_id, *, start, e2e_ms, network_ms=0, inference_ms=0, service=
 
 def insert_spans(rows):
     get_store().insert("spans", rows, tag="tests.alerts.spans")
+
+
+def alerts_project(*, webhook_url: str, name: str = "worker-alerts", threshold: float = 85.0, for_seconds: int = 0) -> dict:
+    """worker_server ``--setup`` hook: a project, its ingest key, a webhook channel and one GPU
+    memory rule (``for`` 0), in the worker process's own database."""
+    from alerts.models import AlertRule
+    from alerts.services import channel_create, rule_create
+    from projects.services import project_create
+
+    project, key = project_create(name=name)
+    AlertRule.objects.filter(project=project).delete()  # only the rule under test
+    channel = channel_create(project=project, name="hook", kind="webhook", url=webhook_url, secret="worker-secret",
+                             group_interval_seconds=0)
+    rule = rule_create(project=project, name="GPU memory ≥ 85 %", metric="gpu_memory_percent", aggregation="last",
+                       window_seconds=60, comparator="gte", threshold=threshold, for_seconds=for_seconds,
+                       channels=[channel])
+    return {"project_id": project.pk, "key": key, "rule_id": rule.pk}
