@@ -3,12 +3,16 @@ results. Pure functions of their input: the JSON endpoints and the pages serve t
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
 
 import plotly.graph_objects as go
 
-from .charts import figure, figure_dict, threshold_line
+from .charts import PHASE_COLORS, figure, figure_dict, threshold_line
+from .panel_selectors import LatencyHeatmap, ModelSpend, WindowSeries, WindowStats
 from .selectors import DeviceSeries, LoadSeries, ResourceSeries
+from .trace_math import PHASES
 
 GPU_MEMORY_THRESHOLD = 85.0  # DOMAIN.md: GPU memory % (used / total from NVML) >= 85 — scale out
 CPU_THRESHOLD = 70.0  # DOMAIN.md: host CPU % > 70 — pre/post-processing needs optimising
@@ -96,3 +100,140 @@ def _mark_alerts(fig: dict, alerts: list[dict]) -> None:
 def _plain(text: str) -> str:
     """Plotly renders a little HTML in annotation text; a rule name is the user's, so escape it."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# --- overview ------------------------------------------------------------------------------------
+def traces_link(*, start: datetime, end: datetime, filters: dict[str, str]) -> str:
+    """The explorer URL of the traces behind a chart point: that point's time bucket, same filters."""
+    query = {"from": start.isoformat().replace("+00:00", "Z"), "to": end.isoformat().replace("+00:00", "Z")}
+    query.update({k: v for k, v in filters.items() if v})
+    return "/traces/?" + urlencode(query)
+
+
+def _links(times: list[datetime], step: int, filters: dict[str, str]) -> list[str]:
+    return [traces_link(start=t, end=t + timedelta(seconds=step), filters=filters) for t in times]
+
+
+def _series_layout(series: WindowSeries, title: str, ytitle: str, **extra) -> dict:
+    return _time_layout(title, series.start, series.end, ytitle, **extra)
+
+
+def _r(value, digits=3):
+    return None if value is None else round(value, digits)
+
+
+def overview_figures(series: WindowSeries, heatmap: LatencyHeatmap, *, filters: dict[str, str]) -> dict[str, dict]:
+    """The overview's figures; every point links to the traces of its bucket."""
+    links = _links(series.times, series.step_seconds, filters)
+    x = series.times
+    figs = {}
+
+    traffic = figure(**_series_layout(series, "Requests per second and errors", "requests/s",
+                                      yaxis2={"title": {"text": "error rate %"}, "overlaying": "y", "side": "right",
+                                              "rangemode": "tozero", "showgrid": False}))
+    traffic.add_bar(x=x, y=series.values(lambda b: _r(b.rps, 4)), name="RPS", customdata=links, marker_color="#4e79a7")
+    traffic.add_scatter(x=x, y=series.values(lambda b: _r(100 * b.error_rate, 2)), name="error rate %", yaxis="y2",
+                        mode="lines+markers", customdata=links, line={"color": "#c4320a"}, connectgaps=False)
+    figs["fig-traffic"] = figure_dict(traffic)
+
+    latency = figure(**_series_layout(series, "End-to-end latency percentiles", "ms"))
+    for q, name, dash in ((0.5, "P50", "dot"), (0.95, "P95", "solid"), (0.99, "P99", "dash")):
+        latency.add_scatter(x=x, y=series.values(lambda b, q=q: b.e2e_ms[q]), name=f"E2E {name}",
+                            mode="lines+markers", line={"dash": dash}, customdata=links, connectgaps=False)
+    latency.add_scatter(x=x, y=series.values(lambda b: b.ttft_ms[0.95]), name="TTFT P95", mode="lines+markers",
+                        customdata=links, connectgaps=False, line={"color": "#59a14f"})
+    threshold_line(latency, y=P95_THRESHOLD_MS, label="P95 1500 ms (chat)")
+    figs["fig-latency"] = figure_dict(latency)
+
+    # Mean exclusive time per phase, stacked: the stack's height is the mean E2E of the bucket.
+    breakdown = figure(barmode="stack", **_series_layout(
+        series, "Latency breakdown by phase (mean exclusive time per request)", "ms",
+        yaxis2={"title": {"text": "inference share %"}, "overlaying": "y", "side": "right", "range": [0, 100],
+                "showgrid": False}))
+    for phase in PHASES:
+        breakdown.add_bar(x=x, y=series.values(lambda b, p=phase: _r(b.phase_mean_ms[p])), name=phase,
+                          marker_color=PHASE_COLORS[phase], customdata=links)
+    breakdown.add_scatter(x=x, y=series.values(lambda b: _r(None if b.inference_share is None else 100 * b.inference_share, 2)),
+                          name="inference share %", yaxis="y2", mode="lines+markers", customdata=links,
+                          line={"color": "#111", "dash": "dot"}, connectgaps=False)
+    breakdown.add_scatter(x=x, y=series.values(lambda b: b.phase_ms["network"][0.95]), name="network P95",
+                          mode="lines", line={"color": PHASE_COLORS["network"], "dash": "dash"}, connectgaps=False,
+                          customdata=links)
+    threshold_line(breakdown, y=P95_THRESHOLD_MS, label="P95 1500 ms")
+    threshold_line(breakdown, y=NETWORK_THRESHOLD_MS, label="network 200 ms", color="#4e79a7")
+    breakdown.add_shape(type="line", xref="paper", x0=0, x1=1, yref="y2", y0=INFERENCE_SHARE_THRESHOLD,
+                        y1=INFERENCE_SHARE_THRESHOLD, line={"dash": "dot", "color": "#e15759", "width": 1})
+    breakdown.add_annotation(xref="paper", x=1, yref="y2", y=INFERENCE_SHARE_THRESHOLD, text="inference 60 %",
+                             showarrow=False, xanchor="right", yanchor="bottom", font={"color": "#e15759", "size": 10})
+    figs["fig-breakdown"] = figure_dict(breakdown)
+
+    throughput = figure(**_series_layout(series, "Output tokens per second and concurrency", "tokens/s",
+                                         yaxis2={"title": {"text": "mean in flight"}, "overlaying": "y",
+                                                 "side": "right", "rangemode": "tozero", "showgrid": False}))
+    throughput.add_scatter(x=x, y=series.values(lambda b: _r(b.output_tps, 3)), name="output tokens/s",
+                           mode="lines+markers", customdata=links, connectgaps=False)
+    throughput.add_scatter(x=x, y=series.values(lambda b: _r(b.concurrency, 3)), name="concurrency", yaxis="y2",
+                           mode="lines+markers", customdata=links, connectgaps=False)
+    figs["fig-throughput"] = figure_dict(throughput)
+
+    labels = heatmap.labels
+    heat_links = [[traces_link(start=t, end=t + timedelta(seconds=heatmap.step_seconds), filters=filters) for t in heatmap.times]
+                  for _ in labels]
+    heat = figure(**_series_layout(series, "End-to-end latency heatmap (requests per bucket)", "E2E",
+                                   hovermode="closest"))
+    heat.add_heatmap(x=heatmap.times, y=labels, z=[[c or None for c in row] for row in heatmap.counts],
+                     customdata=heat_links, colorscale="Blues", hoverongaps=False, colorbar={"title": {"text": "requests"}})
+    heat.update_yaxes(type="category", rangemode=None)
+    figs["fig-heatmap"] = figure_dict(heat)
+
+    hist = figure(title={"text": "End-to-end latency histogram", "x": 0, "font": {"size": 13}}, height=260,
+                  hovermode="closest", xaxis={"type": "category", "title": {"text": "E2E"}},
+                  yaxis={"title": {"text": "requests"}})
+    hist.add_bar(x=labels, y=heatmap.totals, name="requests", marker_color="#4e79a7",
+                 customdata=[traces_link(start=series.start, end=series.end, filters=filters)] * len(labels))
+    figs["fig-histogram"] = figure_dict(hist)
+    return figs
+
+
+@dataclass(frozen=True)
+class Kpi:
+    key: str
+    label: str
+    value: float | None
+    previous: float | None
+    unit: str
+    higher_is_better: bool | None  # None: neither (volume)
+    digits: int = 1
+
+    @property
+    def change_percent(self) -> float | None:
+        if self.value is None or self.previous is None or self.previous == 0:
+            return None
+        return 100.0 * (self.value - self.previous) / abs(self.previous)
+
+    @property
+    def verdict(self) -> str:
+        change = self.change_percent
+        if change is None or abs(change) < 0.5 or self.higher_is_better is None:
+            return "flat"
+        return "better" if (change > 0) == self.higher_is_better else "worse"
+
+
+def overview_kpis(now: WindowStats, before: WindowStats) -> list[Kpi]:
+    def pct(v):
+        return None if v is None else 100 * v
+
+    return [
+        Kpi("requests", "Requests", now.requests, before.requests, "", None, 0),
+        Kpi("rps", "RPS", now.rps, before.rps, "/s", None, 3),
+        Kpi("output_tps", "Output tokens/s", now.output_tps, before.output_tps, "/s", None, 2),
+        Kpi("error_rate", "Error rate", pct(now.error_rate), pct(before.error_rate), "%", False, 2),
+        Kpi("availability", "Availability", pct(now.availability), pct(before.availability), "%", True, 2),
+        Kpi("e2e_p50", "E2E P50", now.e2e_ms[0.5], before.e2e_ms[0.5], "ms", False, 1),
+        Kpi("e2e_p95", "E2E P95", now.e2e_ms[0.95], before.e2e_ms[0.95], "ms", False, 1),
+        Kpi("e2e_p99", "E2E P99", now.e2e_ms[0.99], before.e2e_ms[0.99], "ms", False, 1),
+        Kpi("ttft_p50", "TTFT P50", now.ttft_ms[0.5], before.ttft_ms[0.5], "ms", False, 1),
+        Kpi("ttft_p95", "TTFT P95", now.ttft_ms[0.95], before.ttft_ms[0.95], "ms", False, 1),
+        Kpi("ttft_p99", "TTFT P99", now.ttft_ms[0.99], before.ttft_ms[0.99], "ms", False, 1),
+        Kpi("cost", "Cost", now.cost_usd, before.cost_usd, "USD", None, 4),
+    ]

@@ -1,11 +1,11 @@
 from django.urls import path, re_path
-from django.views.generic import RedirectView
 
 from . import trace_views, views
 
 app_name = "dashboard"
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="dashboard:traces", query_string=True), name="home"),
+    path("", views.overview, name="home"),
+    path("overview.json", views.overview_json, name="overview-json"),
     path("traces/", views.traces_list, name="traces"),
     path("traces/compare/", trace_views.trace_compare, name="trace-compare"),
     re_path(r"^traces/(?P<trace_id>[0-9a-fA-F]{32})/$", trace_views.trace_page, name="trace"),

@@ -10,7 +10,7 @@ from django.shortcuts import render
 
 from store import StoreError, get_store
 
-from . import panels, selectors
+from . import panel_selectors, panels, selectors
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
 from .project_scope import current_project
 from .timewindow import PRESETS, TimeWindow, window_from_query
@@ -129,3 +129,79 @@ def healthz(request):
     checks["ingest"] = writer
     ok = all(check["ok"] for check in checks.values())
     return JsonResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503)
+
+
+# --- overview, costs, compare -------------------------------------------------------------------
+def _panel_filters(request) -> tuple[TimeWindow, dict[str, str]]:
+    window = window_from_query(request.GET, default="24h")
+    filters = {"service": request.GET.get("service", "")[:256], "model": request.GET.get("model", "")[:256]}
+    return window, filters
+
+
+def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
+    args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
+    now = panel_selectors.window_stats(**args)
+    previous = window.previous()
+    before = panel_selectors.window_stats(**{**args, "start": previous.start, "end": previous.end})
+    series = panel_selectors.window_series(**args)
+    heatmap = panel_selectors.latency_heatmap(**args)
+    return {"stats": now, "previous": before, "series": series, "kpis": panels.overview_kpis(now, before),
+            "figures": panels.overview_figures(series, heatmap, filters=filters),
+            "facets": panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end)}
+
+
+@login_required
+def overview(request):
+    """KPIs against the previous period, traffic, latency, the phase breakdown and the latency
+    distribution of the chosen window, service and model."""
+    window, filters = _panel_filters(request)
+    return _project_page(request, "dashboard/overview.html", "panel",
+                         lambda project_id: _overview(project_id, window, filters),
+                         window=window, filters=filters, presets=PRESETS)
+
+
+def _panel_json(request, build):
+    project = current_project(request)
+    if project is None:
+        return _json_error(404, "no_project", "you are not a member of any project")
+    window, filters = _panel_filters(request)
+    if window.error:
+        return _json_error(400, "invalid_window", window.error)
+    try:
+        body = build(project.pk, window, filters)
+    except StoreError as exc:
+        log.error("panel series failed: %s", exc)
+        return _json_error(503, "store_unavailable", STORE_DOWN)
+    return JsonResponse({"project_id": project.pk, "start": window.start.isoformat(), "end": window.end.isoformat(),
+                         "filters": filters, **body})
+
+
+def _stats_json(stats) -> dict:
+    return {
+        "requests": stats.requests, "errors": stats.errors, "rps": stats.rps, "output_tokens_per_second": stats.output_tps,
+        "error_rate": stats.error_rate, "availability": stats.availability, "concurrency": stats.concurrency,
+        "input_tokens": stats.input_tokens, "output_tokens": stats.output_tokens, "cost_usd": stats.cost_usd,
+        "cost_per_request": stats.cost_per_request, "cost_per_1k_tokens": stats.cost_per_1k_tokens,
+        "inference_share": stats.inference_share,
+        "e2e_ms": {f"p{int(q * 100)}": v for q, v in stats.e2e_ms.items()},
+        "ttft_ms": {f"p{int(q * 100)}": v for q, v in stats.ttft_ms.items()},
+        "tpot_ms": {f"p{int(q * 100)}": v for q, v in stats.tpot_ms.items()},
+        "phase_ms": {p: {f"p{int(q * 100)}": v for q, v in qs.items()} for p, qs in stats.phase_ms.items()},
+        "phase_mean_ms": stats.phase_mean_ms,
+    }
+
+
+def _series_json(series) -> dict:
+    return {"step_seconds": series.step_seconds, "times": [t.isoformat() for t in series.times],
+            "buckets": [None if b is None else _stats_json(b) for b in series.buckets]}
+
+
+@login_required
+def overview_json(request):
+    """GET /overview.json?range=…|from=…&to=…&service=…&model=… — the overview's numbers and figures."""
+    def build(project_id, window, filters):
+        data = _overview(project_id, window, filters)
+        return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
+                "series": _series_json(data["series"]), "figures": data["figures"]}
+
+    return _panel_json(request, build)

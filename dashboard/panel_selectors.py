@@ -1,0 +1,261 @@
+"""Reads behind the overview, costs and compare pages: figures over a time window (DOMAIN.md
+"Over a time window"), from the per-trace summaries (``traces``, latest version of each trace).
+
+A request belongs to the window its trace starts in. ``service`` filters on the trace's root
+service and ``model`` on its first model call (the dimensions the rollups keep). Percentiles here
+are exact (``quantilesExact``) over the window's traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from store import get_store
+
+from .selectors import bucket_seconds, bucket_times
+from .trace_math import PHASES
+
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+
+_FILTER = """project_id = {project_id:UInt64}
+  AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})
+  AND ({service:String} = '' OR service = {service:String})
+  AND ({model:String} = '' OR model = {model:String})"""
+
+_AGGREGATES = """count() AS requests,
+    countIf(status = 'error') AS errors,
+    sum(e2e_ns) AS e2e_sum_ns,
+    sum(input_tokens) AS input_total,
+    sum(output_tokens) AS output_total,
+    sum(ifNull(cost_usd, 0)) AS cost_total,
+    countIf(cost_usd IS NOT NULL) AS costed,
+    countIf(cost_estimated = 1) AS estimated_n,
+    quantilesExact(0.5, 0.9, 0.95, 0.99)(e2e_ns) AS e2e_q,
+    countIf(ttft_ns IS NOT NULL) AS ttft_n,
+    quantilesExact(0.5, 0.9, 0.95, 0.99)(ttft_ns) AS ttft_q,
+    countIf(tpot_ns IS NOT NULL) AS tpot_n,
+    quantilesExact(0.5, 0.9, 0.95, 0.99)(tpot_ns) AS tpot_q,
+    sum(network_ns) AS network_sum, sum(preprocess_ns) AS preprocess_sum, sum(inference_ns) AS inference_sum,
+    sum(postprocess_ns) AS postprocess_sum, sum(other_ns) AS other_sum,
+    quantilesExact(0.5, 0.9, 0.95, 0.99)(network_ns) AS network_q,
+    quantilesExact(0.5, 0.9, 0.95, 0.99)(preprocess_ns) AS preprocess_q,
+    quantilesExact(0.5, 0.9, 0.95, 0.99)(inference_ns) AS inference_q,
+    quantilesExact(0.5, 0.9, 0.95, 0.99)(postprocess_ns) AS postprocess_q,
+    quantilesExact(0.5, 0.9, 0.95, 0.99)(other_ns) AS other_q"""
+
+
+def _params(project_id: int, start: datetime, end: datetime, service: str, model: str, **extra) -> dict:
+    return {"project_id": project_id, "start_ms": int(start.timestamp() * 1000), "end_ms": int(end.timestamp() * 1000),
+            "service": service, "model": model, **extra}
+
+
+def _ms(quantiles, n: int) -> dict[float, float | None]:
+    return {q: (round(float(v) / 1e6, 3) if n else None) for q, v in zip(QUANTILES, quantiles)}
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """Every window figure of DOMAIN.md for one window (or one bucket of a series)."""
+
+    seconds: float
+    requests: int
+    errors: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    cost_estimated: int  # requests whose cost is (partly) from the price table
+    e2e_ms: dict[float, float | None]  # quantile -> ms; None without requests
+    ttft_ms: dict[float, float | None]
+    tpot_ms: dict[float, float | None]
+    phase_ms: dict[str, dict[float, float | None]]  # phase -> quantile -> exclusive ms
+    phase_mean_ms: dict[str, float | None]
+    e2e_mean_ms: float | None
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
+    def output_tps(self) -> float:
+        return self.output_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def concurrency(self) -> float | None:
+        """Mean in-flight requests (Little's law): summed E2E / window seconds."""
+        if self.e2e_mean_ms is None or not self.seconds:
+            return None
+        return self.e2e_mean_ms * self.requests / 1000 / self.seconds
+
+    @property
+    def error_rate(self) -> float | None:
+        return self.errors / self.requests if self.requests else None
+
+    @property
+    def availability(self) -> float | None:
+        return None if self.error_rate is None else 1 - self.error_rate
+
+    @property
+    def cost_per_request(self) -> float | None:
+        return self.cost_usd / self.requests if self.requests else None
+
+    @property
+    def cost_per_1k_tokens(self) -> float | None:
+        tokens = self.input_tokens + self.output_tokens
+        return self.cost_usd / (tokens / 1000) if tokens else None
+
+    @property
+    def inference_share(self) -> float | None:
+        """Inference time / E2E over the window's requests (a ratio of sums)."""
+        if not self.e2e_mean_ms:
+            return None
+        return (self.phase_mean_ms["inference"] or 0.0) / self.e2e_mean_ms
+
+
+def _stats(r: dict, seconds: float) -> WindowStats:
+    n = r["requests"]
+    return WindowStats(
+        seconds=seconds, requests=n, errors=r["errors"], input_tokens=r["input_total"],
+        output_tokens=r["output_total"], cost_usd=float(r["cost_total"]), cost_estimated=r["estimated_n"],
+        e2e_ms=_ms(r["e2e_q"], n), ttft_ms=_ms(r["ttft_q"], r["ttft_n"]), tpot_ms=_ms(r["tpot_q"], r["tpot_n"]),
+        phase_ms={p: _ms(r[f"{p}_q"], n) for p in PHASES},
+        phase_mean_ms={p: (r[f"{p}_sum"] / n / 1e6 if n else None) for p in PHASES},
+        e2e_mean_ms=r["e2e_sum_ns"] / n / 1e6 if n else None,
+    )
+
+
+def window_stats(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
+                 release: tuple[str, str] | None = None) -> WindowStats:
+    """The window's figures. ``release``: (attribute key, value) — only traces with a span carrying it."""
+    sql = f"SELECT {_AGGREGATES} FROM traces FINAL WHERE {_FILTER}"
+    params = _params(project_id, start, end, service, model)
+    if release:
+        sql += f" AND trace_id IN ({_ATTRIBUTE_TRACES})"
+        params.update(attr_key=release[0], attr_value=release[1])
+    r = get_store().query(sql, params, tag="dashboard.panel_selectors.window_stats").dicts()[0]
+    return _stats(r, (end - start).total_seconds())
+
+
+# Traces with a span carrying attribute key = value (a release, a variant), in the same time range
+# (spans may start a little before their trace — clock skew — or long after it).
+_ATTRIBUTE_TRACES = """SELECT DISTINCT trace_id FROM spans
+    WHERE project_id = {project_id:UInt64}
+      AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)
+      AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)
+      AND attributes[{attr_key:String}] = {attr_value:String}"""
+
+
+@dataclass(frozen=True)
+class WindowSeries:
+    start: datetime
+    end: datetime
+    step_seconds: int
+    times: list[datetime]
+    buckets: list[WindowStats | None]  # None: no request started in the bucket
+
+    def values(self, getter) -> list:
+        return [None if b is None else getter(b) for b in self.buckets]
+
+
+def window_series(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
+                  points: int = 120) -> WindowSeries:
+    step = bucket_seconds(start=start, end=end, points=points)
+    times = bucket_times(start=start, end=end, step=step)
+    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
+    sql = (f"SELECT intDiv(toUnixTimestamp64Milli(start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}} AS bucket_ms, "
+           f"{_AGGREGATES} FROM traces FINAL WHERE {_FILTER} GROUP BY bucket_ms ORDER BY bucket_ms")
+    buckets: list[WindowStats | None] = [None] * len(times)
+    for r in get_store().query(sql, _params(project_id, start, end, service, model, step_ms=step * 1000),
+                               tag="dashboard.panel_selectors.window_series").dicts():
+        i = index.get(r["bucket_ms"])
+        if i is not None:
+            buckets[i] = _stats(r, step)
+    return WindowSeries(start=start, end=end, step_seconds=step, times=times, buckets=buckets)
+
+
+# Latency buckets of the histogram / heatmap: upper edges in ms, 1-2-5 steps.
+LATENCY_EDGES_MS = (10, 20, 50, 100, 200, 500, 1000, 1500, 2000, 5000, 10000, 20000, 60000)
+
+
+@dataclass(frozen=True)
+class LatencyHeatmap:
+    times: list[datetime]
+    step_seconds: int
+    edges_ms: tuple[int, ...]  # bucket i holds E2E < edges_ms[i] (and >= edges_ms[i-1]); the last one is open
+    counts: list[list[int]]  # [latency bucket][time bucket]
+
+    @property
+    def labels(self) -> list[str]:
+        out, low = [], 0
+        for edge in self.edges_ms:
+            out.append(f"{low}–{edge} ms")
+            low = edge
+        out.append(f"≥ {low} ms")
+        return out
+
+    @property
+    def totals(self) -> list[int]:
+        return [sum(row) for row in self.counts]
+
+
+def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
+                    points: int = 120) -> LatencyHeatmap:
+    step = bucket_seconds(start=start, end=end, points=points)
+    times = bucket_times(start=start, end=end, step=step)
+    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
+    sql = (f"SELECT intDiv(toUnixTimestamp64Milli(start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}} AS bucket_ms, "
+           "arrayCount(edge -> e2e_ns >= edge * 1000000, {edges:Array(UInt64)}) AS lat, count() AS n "
+           f"FROM traces FINAL WHERE {_FILTER} GROUP BY bucket_ms, lat")
+    counts = [[0] * len(times) for _ in range(len(LATENCY_EDGES_MS) + 1)]
+    params = _params(project_id, start, end, service, model, step_ms=step * 1000, edges=list(LATENCY_EDGES_MS))
+    for r in get_store().query(sql, params, tag="dashboard.panel_selectors.latency_heatmap").dicts():
+        i = index.get(r["bucket_ms"])
+        if i is not None:
+            counts[r["lat"]][i] += r["n"]
+    return LatencyHeatmap(times=times, step_seconds=step, edges_ms=LATENCY_EDGES_MS, counts=counts)
+
+
+@dataclass(frozen=True)
+class ModelSpend:
+    times: list[datetime]
+    step_seconds: int
+    cost_by_model: dict[str, list[float | None]] = field(default_factory=dict)
+
+
+def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
+                   points: int = 120) -> ModelSpend:
+    step = bucket_seconds(start=start, end=end, points=points)
+    times = bucket_times(start=start, end=end, step=step)
+    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
+    sql = (f"SELECT intDiv(toUnixTimestamp64Milli(start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}} AS bucket_ms, "
+           f"model, sum(ifNull(cost_usd, 0)) AS cost FROM traces FINAL WHERE {_FILTER} "
+           "GROUP BY bucket_ms, model ORDER BY model, bucket_ms")
+    out: dict[str, list[float | None]] = {}
+    for r in get_store().query(sql, _params(project_id, start, end, service, model, step_ms=step * 1000),
+                               tag="dashboard.panel_selectors.spend_by_model").dicts():
+        i = index.get(r["bucket_ms"])
+        if i is not None:
+            out.setdefault(r["model"] or "(no model)", [None] * len(times))[i] = float(r["cost"])
+    return ModelSpend(times=times, step_seconds=step, cost_by_model=out)
+
+
+def panel_facets(*, project_id: int, start: datetime, end: datetime) -> dict[str, list[str]]:
+    """The root services and models seen in the window (the filter bar's choices)."""
+    r = get_store().query(
+        "SELECT groupUniqArray(200)(service) AS services, groupUniqArray(200)(model) AS models FROM traces"
+        " WHERE project_id = {project_id:UInt64}"
+        " AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})",
+        _params(project_id, start, end, "", ""), tag="dashboard.panel_selectors.panel_facets").dicts()[0]
+    return {"services": sorted(s for s in r["services"] if s), "models": sorted(m for m in r["models"] if m)}
+
+
+def attribute_values(*, project_id: int, start: datetime, end: datetime, key: str, limit: int = 50) -> list[str]:
+    """Values of span attribute ``key`` in the window (the compare page's release choices)."""
+    r = get_store().query(
+        "SELECT groupUniqArray({limit:UInt32})(attributes[{attr_key:String}]) AS vals FROM spans"
+        " WHERE project_id = {project_id:UInt64}"
+        " AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})"
+        " AND mapContains(attributes, {attr_key:String})",
+        _params(project_id, start, end, "", "", attr_key=key, limit=limit),
+        tag="dashboard.panel_selectors.attribute_values").dicts()[0]
+    return sorted(v for v in r["vals"] if v)
