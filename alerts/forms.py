@@ -44,6 +44,9 @@ class RuleForm(forms.ModelForm):
 
 
 class ChannelForm(forms.ModelForm):
+    url = forms.URLField(required=False, max_length=2000, assume_scheme="https",
+                         help_text="webhook and Slack channels")
+
     class Meta:
         model = NotificationChannel
         fields = ["name", "kind", "url", "secret", "emails", "group_wait_seconds", "group_interval_seconds",
