@@ -237,3 +237,39 @@ def overview_kpis(now: WindowStats, before: WindowStats) -> list[Kpi]:
         Kpi("ttft_p99", "TTFT P99", now.ttft_ms[0.99], before.ttft_ms[0.99], "ms", False, 1),
         Kpi("cost", "Cost", now.cost_usd, before.cost_usd, "USD", None, 4),
     ]
+
+
+# --- costs ---------------------------------------------------------------------------------------
+def costs_figures(series: WindowSeries, spend: ModelSpend, *, filters: dict[str, str]) -> dict[str, dict]:
+    links = _links(series.times, series.step_seconds, filters)
+    x = series.times
+    tokens = figure(barmode="stack", **_series_layout(series, "Tokens per bucket", "tokens"))
+    tokens.add_bar(x=x, y=series.values(lambda b: b.input_tokens), name="input tokens", customdata=links,
+                   marker_color="#4e79a7")
+    tokens.add_bar(x=x, y=series.values(lambda b: b.output_tokens), name="output tokens", customdata=links,
+                   marker_color="#f28e2b")
+
+    unit = figure(**_series_layout(series, "Cost per request and per 1k tokens", "USD per request",
+                                   yaxis2={"title": {"text": "USD per 1k tokens"}, "overlaying": "y", "side": "right",
+                                           "rangemode": "tozero", "showgrid": False}))
+    unit.add_scatter(x=x, y=series.values(lambda b: _r(b.cost_per_request, 8)), name="cost per request",
+                     mode="lines+markers", customdata=links, connectgaps=False)
+    unit.add_scatter(x=x, y=series.values(lambda b: _r(b.cost_per_1k_tokens, 8)), name="cost per 1k tokens",
+                     yaxis="y2", mode="lines+markers", customdata=links, connectgaps=False)
+
+    by_model = figure(barmode="stack", **_series_layout(series, "Spend per model", "USD"))
+    for model, values in sorted(spend.cost_by_model.items()):
+        model_links = _links(spend.times, spend.step_seconds, {**filters, "model": "" if model == "(no model)" else model})
+        by_model.add_bar(x=spend.times, y=[_r(v, 8) for v in values], name=model, customdata=model_links)
+    return {"fig-tokens": figure_dict(tokens), "fig-unit-cost": figure_dict(unit), "fig-spend": figure_dict(by_model)}
+
+
+def costs_kpis(now: WindowStats, before: WindowStats) -> list[Kpi]:
+    return [
+        Kpi("cost", "Spend", now.cost_usd, before.cost_usd, "USD", None, 4),
+        Kpi("cost_per_request", "Cost per request", now.cost_per_request, before.cost_per_request, "USD", False, 6),
+        Kpi("cost_per_1k_tokens", "Cost per 1k tokens", now.cost_per_1k_tokens, before.cost_per_1k_tokens, "USD", False, 6),
+        Kpi("input_tokens", "Input tokens", now.input_tokens, before.input_tokens, "", None, 0),
+        Kpi("output_tokens", "Output tokens", now.output_tokens, before.output_tokens, "", None, 0),
+        Kpi("requests", "Requests", now.requests, before.requests, "", None, 0),
+    ]

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.apps import apps
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.http import JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.utils import timezone
 
 from store import StoreError, get_store
 
@@ -202,6 +205,69 @@ def overview_json(request):
     def build(project_id, window, filters):
         data = _overview(project_id, window, filters)
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
+                "series": _series_json(data["series"]), "figures": data["figures"]}
+
+    return _panel_json(request, build)
+
+
+PROJECTION_DAYS = 7  # DOMAIN.md: projected monthly spend = cost of the last 7 days × 30 / 7
+
+
+def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
+    args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
+    now = panel_selectors.window_stats(**args)
+    previous = window.previous()
+    before = panel_selectors.window_stats(**{**args, "start": previous.start, "end": previous.end})
+    series = panel_selectors.window_series(**args)
+    spend = panel_selectors.spend_by_model(**args)
+    week_end = timezone.now()
+    week = panel_selectors.window_stats(project_id=project_id, start=week_end - timedelta(days=PROJECTION_DAYS),
+                                        end=week_end, **filters)
+    return {"stats": now, "previous": before, "series": series, "kpis": panels.costs_kpis(now, before),
+            "projected_monthly_usd": week.cost_usd * 30 / PROJECTION_DAYS, "projection_basis_usd": week.cost_usd,
+            "figures": panels.costs_figures(series, spend, filters=filters),
+            "facets": panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end)}
+
+
+@login_required
+def costs(request):
+    """Tokens, cost per request and per 1k tokens, spend per model, the projection, and the
+    project's price table (which estimates the cost of spans that carry tokens but no cost)."""
+    from .prices import model_price_delete, model_price_set, model_prices_list
+
+    window, filters = _panel_filters(request)
+    project = current_project(request)
+    price_errors: dict[str, list[str]] = {}
+    price_form = {"model": "", "input_usd_per_million": "", "output_usd_per_million": ""}
+    if request.method == "POST" and project is not None:
+        if request.POST.get("action") == "delete":
+            model_price_delete(project_id=project.pk, model=request.POST.get("model", ""))
+            return redirect(f"{request.path}?{request.GET.urlencode()}#prices")
+        price_form = {k: request.POST.get(k, "") for k in price_form}
+        try:
+            model_price_set(project_id=project.pk, **price_form)
+        except ValidationError as exc:
+            price_errors = exc.message_dict
+        else:
+            return redirect(f"{request.path}?{request.GET.urlencode()}#prices")
+    prices = model_prices_list(project_id=project.pk) if project is not None else []
+    response = _project_page(request, "dashboard/costs.html", "panel",
+                             lambda project_id: _costs(project_id, window, filters),
+                             window=window, filters=filters, presets=PRESETS, prices=prices,
+                             price_form=price_form, price_errors=price_errors, projection_days=PROJECTION_DAYS)
+    if price_errors and response.status_code == 200:
+        response.status_code = 400
+    return response
+
+
+@login_required
+def costs_json(request):
+    """GET /costs.json?range=…&service=…&model=… — the costs page's numbers and figures."""
+    def build(project_id, window, filters):
+        data = _costs(project_id, window, filters)
+        return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
+                "projected_monthly_usd": data["projected_monthly_usd"],
+                "projection": f"cost of the last {PROJECTION_DAYS} days × 30 / {PROJECTION_DAYS}",
                 "series": _series_json(data["series"]), "figures": data["figures"]}
 
     return _panel_json(request, build)
