@@ -32,6 +32,9 @@ VARIABLES: dict[str, str] = {
     "TRACEDASH_INGEST_SPOOL_MAX_MB": "disk the ingest spool may use while ClickHouse is down, then 503; default 1024",
     "TRACEDASH_DEMO": "1 (default) runs the demo workload and LLM simulator inside `make run`; 0 turns it off",
     "TRACEDASH_ALERTS_EVALUATE_SECONDS": "how often alert rules are evaluated (beat entry alerts-evaluate); default 5",
+    "TRACEDASH_SUMMARIZE_SECONDS": "how often new spans are summarised into per-trace rows (beat entry traces-summarize); default 5",
+    "TRACEDASH_ROLLUP_SECONDS": "how often the minute/hour/day rollups are updated (beat entry rollups-update); default 10",
+    "TRACEDASH_ROLLUP_LATE_SECONDS": "minutes this recent are recomputed by every rollup run (late arrivals); default 600",
     "TRACEDASH_EMAIL_URL": "smtp://user:pass@host:587 (smtps:// for TLS on connect, ?starttls=1) for alert email; unset: emails are written to the log",
     "TRACEDASH_EMAIL_FROM": "sender address of alert email; default tracedash@localhost",
     "TRACEDASH_PUBLIC_URL": "the dashboard's public base URL, linked from alert notifications; default none",
@@ -81,6 +84,9 @@ class Env:
     host: str
     port: int
     alerts_evaluate_seconds: float
+    summarize_seconds: float
+    rollup_seconds: float
+    rollup_late_seconds: int
     email: dict
     email_from: str
     public_url: str
@@ -317,6 +323,9 @@ def load(environ=None) -> Env:
         host=host,
         port=_positive_int(environ, "PORT", 8000, maximum=65535),
         alerts_evaluate_seconds=float(_positive_int(environ, "TRACEDASH_ALERTS_EVALUATE_SECONDS", 5, maximum=3600)),
+        summarize_seconds=float(_positive_int(environ, "TRACEDASH_SUMMARIZE_SECONDS", 5, maximum=3600)),
+        rollup_seconds=float(_positive_int(environ, "TRACEDASH_ROLLUP_SECONDS", 10, maximum=3600)),
+        rollup_late_seconds=_positive_int(environ, "TRACEDASH_ROLLUP_LATE_SECONDS", 600, minimum=0, maximum=7 * 86400),
         email=parse_email_url(_get(environ, "TRACEDASH_EMAIL_URL")),
         email_from=_get(environ, "TRACEDASH_EMAIL_FROM") or "tracedash@localhost",
         public_url=_public_url(environ),

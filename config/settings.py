@@ -138,6 +138,26 @@ CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
     "options": {"expires": ENV.alerts_evaluate_seconds},  # a round that waited a whole interval is stale
 }
 
+# Per-trace summaries and rollups (dashboard.tasks): the summariser fills `traces` from newly
+# ingested spans; the rollup task recomputes the minutes it marked and the late-arrival window,
+# then their hours and days. Both are idempotent, so an overlapping or repeated run is harmless.
+TRACEDASH_SUMMARIZE_SECONDS = ENV.summarize_seconds
+TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 10  # re-read before the watermark: inserts still in flight then
+TRACEDASH_SUMMARIZE_BATCH_TRACES = 2000  # traces summarised per read of their spans
+TRACEDASH_TRACE_MAX_SECONDS = 3600  # longest trace a bulk rebuild (manage.py summarize_traces) expects
+TRACEDASH_ROLLUP_SECONDS = ENV.rollup_seconds
+TRACEDASH_ROLLUP_LATE_SECONDS = ENV.rollup_late_seconds  # minutes this recent are recomputed on every run
+CELERY_BEAT_SCHEDULE["traces-summarize"] = {
+    "task": "dashboard.tasks.summarize_traces",
+    "schedule": TRACEDASH_SUMMARIZE_SECONDS,
+    "options": {"expires": TRACEDASH_SUMMARIZE_SECONDS * 2},
+}
+CELERY_BEAT_SCHEDULE["rollups-update"] = {
+    "task": "dashboard.tasks.update_rollups",
+    "schedule": TRACEDASH_ROLLUP_SECONDS,
+    "options": {"expires": TRACEDASH_ROLLUP_SECONDS * 2},
+}
+
 # --- Alerts --------------------------------------------------------------------------------
 TRACEDASH_ALERTS_DELIVERY_TIMEOUT = 5.0  # seconds per webhook/Slack attempt; retries back off (alerts.services)
 TRACEDASH_PUBLIC_URL = ENV.public_url

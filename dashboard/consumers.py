@@ -8,7 +8,8 @@ from projects.selectors import project_for_user
 
 
 class TracesConsumer(AsyncJsonWebsocketConsumer):
-    """Pushes ``traces.ingested`` and ``resources.ingested`` events of one project to its open pages (members only)."""
+    """Pushes ``traces.ingested``, ``traces.summarized`` and ``resources.ingested`` events of one project
+    to its open pages (members only)."""
 
     async def connect(self):
         user = self.scope.get("user")
@@ -35,3 +36,7 @@ class TracesConsumer(AsyncJsonWebsocketConsumer):
 
     async def resources_ingested(self, event):
         await self.send_json({"type": "resources.ingested", "samples": event["samples"], "hosts": event["hosts"]})
+
+    async def traces_summarized(self, event):
+        """New or updated per-trace summaries (``dashboard.summarizer``): the explorer adds the rows."""
+        await self.send_json({"type": "traces.summarized", "count": event["count"], "trace_ids": event["trace_ids"]})

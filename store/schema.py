@@ -192,4 +192,89 @@ TRACES = Table(
     settings=f"index_granularity = 8192, {DEDUP_WINDOW}",
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES, TRACES)}
+# --- Rollups (dashboard.rollup_services writes them, dashboard.rollups reads them) ----------
+# Per-bucket aggregates of the ``traces`` table per project/service/model. A bucket is always
+# recomputed whole from its source and written with a higher ``version``; reads take the latest
+# (FINAL), so running a bucket twice changes nothing. Percentiles come from log-bucket
+# histograms: key ``k`` >= 1 counts values in (γ^(k-1), γ^k] ns with γ = 1.01 (key 0: values <= 1 ns);
+# histograms of any number of buckets merge by adding (sumMap), and the value shown for a bucket
+# is within 0.5 % of any value in it (dashboard.rollups.HIST_GAMMA).
+ROLLUP_HISTOGRAMS = ("e2e", "ttft", "tpot", "network", "preprocess", "inference", "postprocess", "other")
+_HIST = "Map(UInt16, UInt64)"
+
+
+def _rollup_table(name: str, *, partition_by: str, ttl: str, settings: str) -> Table:
+    return Table(
+        name=name,
+        columns=(
+            Column("project_id", "UInt64"),
+            Column("bucket", "DateTime('UTC')", "DoubleDelta, ZSTD(1)"),  # the bucket's start
+            Column("service", "LowCardinality(String)"),  # the trace's (its root's)
+            Column("model", "LowCardinality(String)"),  # the trace's (its first model call's)
+            Column("requests", "UInt64"),  # traces with a root that started in the bucket
+            Column("errors", "UInt64"),
+            Column("e2e_sum_ns", "UInt64"),  # Little's law: concurrency = sum of E2E / seconds
+            Column("e2e_max_ns", "UInt64"),
+            Column("input_tokens", "UInt64"),
+            Column("output_tokens", "UInt64"),
+            Column("cost_usd", "Float64"),
+            Column("cost_requests", "UInt64"),  # requests that have a cost
+            Column("cost_estimated_requests", "UInt64"),  # ... of which some came from the price table
+            Column("ttft_sum_ns", "UInt64"),
+            Column("ttft_count", "UInt64"),
+            Column("tpot_sum_ns", "Float64"),
+            Column("tpot_count", "UInt64"),
+            Column("network_sum_ns", "UInt64"),  # exclusive phase time summed over the requests
+            Column("preprocess_sum_ns", "UInt64"),
+            Column("inference_sum_ns", "UInt64"),
+            Column("postprocess_sum_ns", "UInt64"),
+            Column("other_sum_ns", "UInt64"),
+            *(Column(f"{h}_hist", _HIST, "ZSTD(1)") for h in ROLLUP_HISTOGRAMS),
+            Column("version", "UInt64"),  # when it was computed (unix ns): the latest wins
+        ),
+        engine="ReplacingMergeTree(version)",
+        partition_by=partition_by,
+        order_by="(project_id, bucket, service, model)",
+        ttl=ttl,
+        settings=settings,
+    )
+
+
+ROLLUP_MINUTE = _rollup_table("rollup_minute", partition_by="toDate(bucket)",
+                              ttl="bucket + toIntervalDay({retention_days})",
+                              settings="index_granularity = 8192, ttl_only_drop_parts = 1")
+# Hour and day rollups outlive the raw spans: long-range trends stay visible after the spans go.
+ROLLUP_HOUR = _rollup_table("rollup_hour", partition_by="toYYYYMM(bucket)", ttl="bucket + toIntervalDay(400)",
+                            settings="index_granularity = 8192")
+ROLLUP_DAY = _rollup_table("rollup_day", partition_by="toYear(bucket)", ttl="bucket + toIntervalDay(1830)",
+                           settings="index_granularity = 8192")
+
+# Minutes whose rollup must be recomputed: the summariser marks the minute a trace starts in (and
+# the one it started in before, when a late root moved it); the rollup task reads the marks made
+# since its last run. Durable, so a crash between the two loses nothing.
+ROLLUP_DIRTY = Table(
+    name="rollup_dirty",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("bucket", "DateTime('UTC')"),  # a minute
+        Column("marked_at", DATETIME_MS, "", "now64(3)"),
+    ),
+    engine="MergeTree",
+    order_by="(project_id, marked_at)",
+    ttl="toDateTime(marked_at) + toIntervalDay(3)",
+)
+
+# Where each periodic job got to (per project): the latest value wins.
+TASK_WATERMARKS = Table(
+    name="task_watermarks",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("job", "LowCardinality(String)"),
+        Column("value", "Int64"),  # unix ms of the ClickHouse clock, up to which the job has read
+    ),
+    engine="ReplacingMergeTree(value)",
+    order_by="(project_id, job)",
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES, TRACES, ROLLUP_MINUTE, ROLLUP_HOUR,
+                                                   ROLLUP_DAY, ROLLUP_DIRTY, TASK_WATERMARKS)}

@@ -1,0 +1,221 @@
+"""Rollup writes: per-minute, per-hour and per-day aggregates per project/service/model.
+
+A bucket is always recomputed whole from its source (minutes from the latest summaries in
+``traces``, hours from minutes, days from hours) by one ``INSERT … SELECT`` inside ClickHouse,
+with a higher ``version``; reads take the latest row of each key (FINAL). So recomputing a bucket
+twice changes nothing, a late span never counts twice (its trace's new summary replaces the old
+one, and the bucket is recomputed from the summaries), and a key that vanished from a bucket (a
+trace moved to another model when its model call arrived) is written as a zero row.
+
+Which minutes: those the summariser marked in ``rollup_dirty`` since this job's watermark (minus an
+overlap, as the summariser does), plus every minute of the late-arrival window
+(``TRACEDASH_ROLLUP_LATE_SECONDS``), re-covered on every run whatever the marks say.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from django.conf import settings
+
+from store import get_store
+from store.schema import ROLLUP_HISTOGRAMS, ROLLUP_MINUTE
+
+from .summarizer import _clock_ns, watermark_get, watermark_set
+
+JOB = "rollup"
+NS = 1_000_000_000
+MINUTE, HOUR, DAY = 60, 3600, 86400
+LEVELS = {"minute": ("rollup_minute", MINUTE), "hour": ("rollup_hour", HOUR), "day": ("rollup_day", DAY)}
+HIST_GAMMA = 1.01  # histogram bucket growth: the value shown is within (γ-1)/(γ+1) < 0.5 % of the exact one
+_LN_GAMMA = math.log(HIST_GAMMA)
+
+_COLUMNS = [c.name for c in ROLLUP_MINUTE.insert_columns]
+_COLUMN_LIST = ", ".join(_COLUMNS)
+_PHASES = ("network", "preprocess", "inference", "postprocess", "other")
+
+
+def hist_key_sql(expr: str) -> str:
+    """The histogram key of a value in ns: 0 for <= 1 ns, else ceil(log_γ(value))."""
+    return f"if({expr} <= 1, toUInt16(0), toUInt16(ceil(log({expr}) / {_LN_GAMMA!r})))"
+
+
+def _hist_from_traces(name: str) -> str:
+    one = "toUInt64(1)"
+    if name == "e2e":
+        return f"sumMap(map({hist_key_sql('e2e_ns')}, {one}))"
+    if name in ("ttft", "tpot"):
+        col = f"{name}_ns"
+        return f"sumMapIf(map({hist_key_sql(f'assumeNotNull({col})')}, {one}), {col} IS NOT NULL)"
+    # A phase's percentiles are over the requests that spent time in it.
+    return f"sumMapIf(map({hist_key_sql(f'{name}_ns')}, {one}), {name}_ns > 0)"
+
+
+# Minutes from the latest summaries of rooted traces (a request is a trace whose root arrived).
+_FROM_TRACES = {
+    "requests": "count()",
+    "errors": "countIf(status = 'error')",
+    "e2e_sum_ns": "sum(e2e_ns)",
+    "e2e_max_ns": "max(e2e_ns)",
+    "input_tokens": "sum(input_tokens)",
+    "output_tokens": "sum(output_tokens)",
+    "cost_usd": "sum(ifNull(cost_usd, 0))",
+    "cost_requests": "countIf(cost_usd IS NOT NULL)",
+    "cost_estimated_requests": "countIf(cost_estimated = 1)",
+    "ttft_sum_ns": "sum(ifNull(ttft_ns, 0))",
+    "ttft_count": "countIf(ttft_ns IS NOT NULL)",
+    "tpot_sum_ns": "sum(ifNull(tpot_ns, 0))",
+    "tpot_count": "countIf(tpot_ns IS NOT NULL)",
+    **{f"{p}_sum_ns": f"sum({p}_ns)" for p in _PHASES},
+    **{f"{h}_hist": _hist_from_traces(h) for h in ROLLUP_HISTOGRAMS},
+}
+# Coarser buckets from finer ones: sums add, maxima take the max, histograms add key by key.
+_FROM_ROLLUP = {c: ("max(e2e_max_ns)" if c == "e2e_max_ns" else f"sumMap({c})" if c.endswith("_hist") else f"sum({c})")
+                for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")}
+_ZERO = {c: ("CAST(map(), 'Map(UInt16, UInt64)')" if c.endswith("_hist") else "0")
+         for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")}
+
+
+def _select(exprs: dict[str, str], bucket: str) -> str:
+    parts = ["project_id", f"{bucket} AS b", "service", "model"]
+    # Aliases differ from the column names (an alias named like a column would shadow it in the
+    # other aggregates); INSERT … SELECT matches columns by position.
+    parts += [f"{exprs[c]} AS a_{c}" for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")]
+    parts.append("{version:UInt64} AS version")
+    return ",\n    ".join(parts)
+
+
+def _recompute_sql(level: str) -> str:
+    """INSERT the buckets of ``level`` listed in {buckets} (unix seconds, comma-joined) (all within
+    [{lo}, {hi})), recomputed from their source, plus zero rows for keys no longer there."""
+    table, _ = LEVELS[level]
+    if level == "minute":
+        source = "traces FINAL"
+        time_col, bucket = "start_time", "toStartOfMinute(start_time)"
+        where_extra = " AND has_root = 1"
+        exprs = _FROM_TRACES
+    else:
+        source = f"{'rollup_minute' if level == 'hour' else 'rollup_hour'} FINAL"
+        time_col = "bucket"
+        bucket = "toStartOfHour(bucket)" if level == "hour" else "toStartOfDay(bucket)"
+        where_extra = ""
+        exprs = _FROM_ROLLUP
+    where = (f"project_id = {{project_id:UInt64}} AND {time_col} >= fromUnixTimestamp64Nano({{lo_ns:Int64}}) "
+             f"AND {time_col} < fromUnixTimestamp64Nano({{hi_ns:Int64}}) AND {bucket} IN (SELECT toDateTime(toUInt32(arrayJoin(splitByChar(',', {{buckets:String}}))), 'UTC'))"
+             f"{where_extra}")
+    fresh = f"SELECT\n    {_select(exprs, bucket)}\nFROM {source}\nWHERE {where}\nGROUP BY project_id, b, service, model\nHAVING a_requests > 0"
+    gone_parts = ["project_id", "bucket AS b", "service", "model"]
+    gone_parts += [f"{_ZERO[c]} AS a_{c}" for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")]
+    gone_parts.append("{version:UInt64} AS version")
+    gone = (f"SELECT {', '.join(gone_parts)}\nFROM {table} FINAL\n"
+            f"WHERE project_id = {{project_id:UInt64}} AND bucket IN (SELECT toDateTime(toUInt32(arrayJoin(splitByChar(',', {{buckets:String}}))), 'UTC')) AND requests > 0\n"
+            f"  AND (bucket, service, model) NOT IN (SELECT {bucket}, service, model FROM {source} WHERE {where})")
+    return f"INSERT INTO {table} ({_COLUMN_LIST})\n{fresh}\nUNION ALL\n{gone}"
+
+
+_SQL = {level: _recompute_sql(level) for level in LEVELS}
+
+
+def _floor(ts: int, step: int) -> int:
+    return ts - ts % step
+
+
+def rollup_buckets_recompute(*, project_id: int, level: str, buckets: Iterable[int], version: int | None = None) -> int:
+    """Recompute the given buckets (unix seconds, aligned to the level) of one level. Returns how
+    many were recomputed."""
+    buckets = sorted(set(int(b) for b in buckets))
+    if not buckets:
+        return 0
+    _, step = LEVELS[level]
+    version = version or _clock_ns()
+    store = get_store()
+    for i in range(0, len(buckets), 2000):  # keep the IN list reasonable
+        chunk = buckets[i:i + 2000]
+        store.command(_SQL[level], {
+            "project_id": project_id, "version": version,
+            "lo_ns": chunk[0] * NS, "hi_ns": (chunk[-1] + step) * NS,
+            "buckets": ",".join(str(b) for b in chunk),  # chdb does not quote Array parameters
+        }, tag=f"dashboard.rollup_services.recompute_{level}")
+    return len(buckets)
+
+
+def rollup_minutes_recompute(*, project_id: int, minutes: Iterable[int]) -> tuple[int, int, int]:
+    """Recompute the given minutes (unix seconds) and the hours and days that hold them.
+    Returns (minutes, hours, days) recomputed."""
+    minutes = sorted({_floor(int(m), MINUTE) for m in minutes})
+    if not minutes:
+        return 0, 0, 0
+    n_minutes = rollup_buckets_recompute(project_id=project_id, level="minute", buckets=minutes)
+    hours = {_floor(m, HOUR) for m in minutes}
+    n_hours = rollup_buckets_recompute(project_id=project_id, level="hour", buckets=hours)
+    n_days = rollup_buckets_recompute(project_id=project_id, level="day", buckets={_floor(h, DAY) for h in hours})
+    return n_minutes, n_hours, n_days
+
+
+@dataclass
+class RollupReport:
+    projects: int = 0
+    minutes: int = 0
+    hours: int = 0
+    days: int = 0
+    seconds: float = 0.0
+
+
+_DIRTY_SQL = """
+SELECT DISTINCT toUnixTimestamp(bucket) AS minute
+FROM rollup_dirty
+WHERE project_id = {project_id:UInt64}
+  AND marked_at >= fromUnixTimestamp64Milli({since_ms:Int64})
+  AND marked_at < fromUnixTimestamp64Milli({until_ms:Int64})
+"""
+
+
+def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | None = None) -> RollupReport:
+    """One incremental run: per project, recompute the marked minutes and the late-arrival
+    window, then their hours and days. Idempotent."""
+    from projects.models import Project
+
+    started = time.perf_counter()
+    report = RollupReport()
+    if project_ids is None:
+        project_ids = list(Project.objects.values_list("pk", flat=True))
+    overlap_ms = int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000)
+    late = int(settings.TRACEDASH_ROLLUP_LATE_SECONDS)
+    for project_id in project_ids:
+        report.projects += 1
+        clock = _clock_ns()
+        until_ms = clock // 1_000_000
+        since_ms = max(0, watermark_get(project_id=project_id, job=JOB) - overlap_ms)
+        marked = get_store().query(_DIRTY_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
+                                   tag="dashboard.rollup_services.dirty").rows
+        now_s = (now_ns or clock) // NS
+        window = range(_floor(now_s - late, MINUTE), _floor(now_s, MINUTE) + MINUTE, MINUTE)
+        minutes, hours, days = rollup_minutes_recompute(project_id=project_id,
+                                                        minutes=[int(r[0]) for r in marked] + list(window))
+        report.minutes += minutes
+        report.hours += hours
+        report.days += days
+        watermark_set(project_id=project_id, job=JOB, value=until_ms)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def rollups_rebuild(*, project_id: int, from_ns: int, to_ns: int,
+                    progress: Callable[[int, int], None] | None = None) -> int:
+    """Recompute every minute, hour and day rollup in [from_ns, to_ns) (widened to whole days),
+    a day at a time; ``progress(days_done, days_total)`` after each. Returns minutes recomputed."""
+    first = _floor(from_ns // NS, DAY)
+    last = _floor((to_ns - 1) // NS, DAY)
+    days = list(range(first, last + DAY, DAY))
+    total = 0
+    for i, day in enumerate(days, 1):
+        minutes = range(day, day + DAY, MINUTE)
+        total += rollup_buckets_recompute(project_id=project_id, level="minute", buckets=minutes)
+        rollup_buckets_recompute(project_id=project_id, level="hour", buckets=range(day, day + DAY, HOUR))
+        rollup_buckets_recompute(project_id=project_id, level="day", buckets=[day])
+        if progress is not None:
+            progress(i, len(days))
+    return total

@@ -1,0 +1,266 @@
+"""The summariser: fills the ``traces`` table (one row per trace, every per-trace figure of
+DOMAIN.md) from the raw spans, incrementally.
+
+Each run, per project, finds the traces that received spans since the last run (``ingested_at``
+is stamped by ClickHouse at insert; a minmax index finds them without reading the column), reads
+all spans of those traces (one per span_id, the latest copy), summarises them with
+``trace_math.trace_summarize`` (the project's price table estimating missing costs) and writes
+the rows with a new ``version``. A trace that grows later is summarised again and the newer row
+wins. The run re-reads an overlap before its watermark, because an insert that began before the
+previous run (so its ``ingested_at`` lies before the watermark) may have become visible only
+after it; summarising a trace again is harmless. It marks the minutes whose rollups changed
+(``rollup_dirty``) and tells open pages which traces were summarised (``traces.summarized``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+
+from ingest.services import traces_group
+from store import get_store
+
+from .prices import prices_for_project
+from .trace_math import PHASES, SPAN_FIELDS_SQL, Tree, trace_summarize
+
+log = logging.getLogger("tracedash.summarizer")
+
+JOB = "summarize"
+MINUTE_NS = 60 * 1_000_000_000
+EVENT_TRACE_IDS = 100  # trace ids in one live event (the page reloads its list anyway)
+
+
+@dataclass
+class SummarizeReport:
+    projects: int = 0
+    traces: int = 0
+    spans: int = 0
+    seconds: float = 0.0
+    trace_ids: dict[int, list[str]] = field(default_factory=dict)  # per project (capped)
+
+
+def _clock_ns() -> int:
+    """ClickHouse's clock (the one that stamps ``ingested_at``), in unix ns."""
+    return int(get_store().query("SELECT toUnixTimestamp64Nano(now64(9)) AS now_ns", tag="dashboard.summarizer.clock").scalar())
+
+
+def watermark_get(*, project_id: int, job: str) -> int:
+    """Where ``job`` got to for the project (unix ms of the ClickHouse clock; 0: never ran)."""
+    return int(get_store().query(
+        "SELECT max(value) FROM task_watermarks WHERE project_id = {project_id:UInt64} AND job = {job:String}",
+        {"project_id": project_id, "job": job}, tag="dashboard.summarizer.watermark_get",
+    ).scalar() or 0)
+
+
+def watermark_set(*, project_id: int, job: str, value: int) -> None:
+    get_store().insert("task_watermarks", [{"project_id": project_id, "job": job, "value": int(value)}],
+                       tag="dashboard.summarizer.watermark_set")
+
+
+_TOUCHED_SQL = """
+SELECT trace_id, min(toUnixTimestamp64Nano(start_time)) AS first_ns, max(toUnixTimestamp64Nano(start_time)) AS last_ns
+FROM spans
+WHERE project_id = {project_id:UInt64}
+  AND ingested_at >= fromUnixTimestamp64Milli({since_ms:Int64})
+  AND ingested_at < fromUnixTimestamp64Milli({until_ms:Int64})
+GROUP BY trace_id
+ORDER BY first_ns, trace_id
+"""
+
+_PREVIOUS_SQL = """
+SELECT trace_id, toUnixTimestamp64Nano(spans_start) AS spans_start_ns, toUnixTimestamp64Nano(spans_end) AS spans_end_ns,
+       toUnixTimestamp64Nano(start_time) AS start_ns, has_root
+FROM traces
+WHERE project_id = {project_id:UInt64} AND trace_id IN (SELECT arrayJoin(splitByChar(',', {trace_ids:String})))
+ORDER BY version DESC
+LIMIT 1 BY trace_id
+"""
+
+_SPANS_SQL = f"""
+SELECT trace_id, {SPAN_FIELDS_SQL}
+FROM spans
+WHERE project_id = {{project_id:UInt64}}
+  AND start_time >= fromUnixTimestamp64Nano({{lo_ns:Int64}})
+  AND start_time <= fromUnixTimestamp64Nano({{hi_ns:Int64}})
+  AND trace_id IN (SELECT arrayJoin(splitByChar(',', {{trace_ids:String}})))
+ORDER BY ingested_at DESC
+LIMIT 1 BY trace_id, span_id
+"""
+
+
+def _distinct(values: Iterable[object]) -> list[str]:
+    return sorted({str(v) for v in values if v})
+
+
+def trace_row(*, project_id: int, trace_id: str, spans: list[dict], prices, version: int) -> dict:
+    """The ``traces`` row of one trace's (deduplicated) spans."""
+    tree = Tree.build(spans)
+    summary = trace_summarize((), prices=prices, tree=tree)
+    starts = [int(s["start_ns"]) for s in tree.spans.values()]
+    ends = [int(s["start_ns"]) + int(s["duration_ns"]) for s in tree.spans.values()]
+    values = list(tree.spans.values())
+    row = {
+        "project_id": project_id,
+        "trace_id": trace_id,
+        "start_time": summary.start_ns,
+        "e2e_ns": max(0, summary.e2e_ns),
+        "has_root": int(summary.has_root),
+        "spans_start": min(starts),
+        "spans_end": max(ends),
+        "root_name": summary.root_name,
+        "service": summary.service,
+        "model": summary.model,
+        "services": _distinct(s.get("service") for s in values),
+        "models": _distinct(s.get("model") for s in values),
+        "phases": _distinct(s.get("phase") for s in values),
+        "status": summary.status,
+        "error_message": summary.error_message,
+        "ttft_ns": summary.ttft_ns,
+        "tpot_ns": summary.tpot_ns,
+        "input_tokens": summary.input_tokens,
+        "output_tokens": summary.output_tokens,
+        "cost_usd": summary.cost_usd,
+        "cost_estimated": int(summary.cost_estimated),
+        "span_count": summary.span_count,
+        "version": version,
+    }
+    for phase in PHASES:
+        row[f"{phase}_ns"] = int(summary.phase_ns.get(phase, 0))
+    return row
+
+
+def _batches(touched: list[dict], size: int) -> Iterable[list[dict]]:
+    for i in range(0, len(touched), size):
+        yield touched[i:i + size]
+
+
+def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None) -> tuple[list[str], int]:
+    """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
+    range of their new spans), write their rows and mark the minutes to roll up again.
+    Returns (trace ids written, spans read)."""
+    store = get_store()
+    if prices is None:
+        prices = prices_for_project(project_id=project_id)
+    version = version or _clock_ns()
+    written: list[str] = []
+    spans_read = 0
+    for batch in _batches(touched, settings.TRACEDASH_SUMMARIZE_BATCH_TRACES):
+        # (lists travel as comma-joined text: chdb does not quote Array parameters)
+        ids = [t["trace_id"] for t in batch]
+        previous = {r["trace_id"]: r for r in store.query(
+            _PREVIOUS_SQL, {"project_id": project_id, "trace_ids": ",".join(ids)}, tag="dashboard.summarizer.previous").dicts()}
+        # Every span of these traces lies within the new spans' range and the range the previous
+        # summary saw, so one bounded read finds them all.
+        lo = min([int(t["first_ns"]) for t in batch] + [int(p["spans_start_ns"]) for p in previous.values()])
+        hi = max([int(t["last_ns"]) for t in batch] + [int(p["spans_end_ns"]) for p in previous.values()])
+        spans_by_trace: dict[str, list[dict]] = defaultdict(list)
+        result = store.query(_SPANS_SQL, {"project_id": project_id, "lo_ns": lo, "hi_ns": hi, "trace_ids": ",".join(ids)},
+                             tag="dashboard.summarizer.spans")
+        for span in result.dicts():
+            spans_by_trace[span["trace_id"]].append(span)
+        spans_read += len(result)
+        rows, dirty = [], set()
+        for trace_id in ids:
+            spans = spans_by_trace.get(trace_id)
+            if not spans:
+                continue  # dropped by TTL between the two reads
+            row = trace_row(project_id=project_id, trace_id=trace_id, spans=spans, prices=prices, version=version)
+            rows.append(row)
+            dirty.add(row["start_time"] // MINUTE_NS)
+            before = previous.get(trace_id)
+            if before is not None and before["has_root"]:
+                dirty.add(int(before["start_ns"]) // MINUTE_NS)
+        store.insert("traces", rows, tag="dashboard.summarizer.write")
+        if dirty:
+            store.insert("rollup_dirty", [{"project_id": project_id, "bucket": m * MINUTE_NS} for m in sorted(dirty)],
+                         tag="dashboard.summarizer.mark_dirty")
+        written.extend(r["trace_id"] for r in rows)
+    return written, spans_read
+
+
+def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeReport:
+    """One incremental run over the given projects (default: every project). Idempotent."""
+    from projects.models import Project
+
+    started = time.perf_counter()
+    report = SummarizeReport()
+    store = get_store()
+    if project_ids is None:
+        project_ids = list(Project.objects.values_list("pk", flat=True))
+    overlap_ms = int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000)
+    for project_id in project_ids:
+        report.projects += 1
+        until_ms = _clock_ns() // 1_000_000
+        since_ms = max(0, watermark_get(project_id=project_id, job=JOB) - overlap_ms)
+        touched = store.query(_TOUCHED_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
+                              tag="dashboard.summarizer.touched").dicts()
+        if touched:
+            written, spans = traces_summarize_ids(project_id=project_id, touched=touched)
+            report.traces += len(written)
+            report.spans += spans
+            report.trace_ids[project_id] = written[:EVENT_TRACE_IDS]
+            traces_summarized_notify(project_id=project_id, trace_ids=written)
+        watermark_set(project_id=project_id, job=JOB, value=until_ms)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+_RANGE_SQL = """
+SELECT trace_id, min(toUnixTimestamp64Nano(start_time)) AS first_ns, max(toUnixTimestamp64Nano(start_time)) AS last_ns
+FROM spans
+WHERE project_id = {project_id:UInt64}
+  AND start_time >= fromUnixTimestamp64Nano({lo_ns:Int64} - {pad_ns:Int64})
+  AND start_time < fromUnixTimestamp64Nano({hi_ns:Int64} + {pad_ns:Int64})
+GROUP BY trace_id
+HAVING first_ns >= {lo_ns:Int64} AND first_ns < {hi_ns:Int64}
+ORDER BY first_ns, trace_id
+"""
+
+
+def traces_rebuild(*, project_id: int, from_ns: int, to_ns: int, chunk_seconds: int = 3600,
+                   progress: Callable[[int, int, int], None] | None = None) -> int:
+    """Summarise again every trace whose first span starts in [from_ns, to_ns), a chunk of time
+    at a time (for data loaded in bulk, or after the price table changed). ``progress(done_ns,
+    total_ns, traces)`` is called after each chunk. Returns the number of traces written."""
+    prices = prices_for_project(project_id=project_id)
+    chunk_ns = chunk_seconds * 1_000_000_000
+    pad_ns = int(settings.TRACEDASH_TRACE_MAX_SECONDS * 1_000_000_000)
+    total = 0
+    cursor = from_ns
+    while cursor < to_ns:
+        end = min(cursor + chunk_ns, to_ns)
+        # A trace belongs to the chunk its first span starts in; spans up to the longest trace
+        # length (TRACEDASH_TRACE_MAX_SECONDS) either side are looked at to find its bounds.
+        touched = get_store().query(
+            _RANGE_SQL, {"project_id": project_id, "lo_ns": cursor, "hi_ns": end, "pad_ns": pad_ns},
+            tag="dashboard.summarizer.rebuild_range").dicts()
+        if touched:
+            written, _ = traces_summarize_ids(project_id=project_id, touched=touched, prices=prices)
+            total += len(written)
+        cursor = end
+        if progress is not None:
+            progress(cursor - from_ns, to_ns - from_ns, total)
+    return total
+
+
+def traces_summarized_notify(*, project_id: int, trace_ids: list[str]) -> None:
+    """Tell the project's open pages which traces have new summaries (``traces.summarized``).
+    The rows are already written: a live-update failure is logged, never raised."""
+    if not trace_ids:
+        return
+    try:
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        if layer is not None:
+            async_to_sync(layer.group_send)(traces_group(project_id), {
+                "type": "traces.summarized", "count": len(trace_ids), "trace_ids": trace_ids[:EVENT_TRACE_IDS],
+            })
+    except Exception:  # noqa: BLE001 - logged, never swallowed silently
+        log.exception("live update (traces.summarized) for project %s failed", project_id)

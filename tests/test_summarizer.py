@@ -1,0 +1,138 @@
+"""The summariser fills the traces table from newly ingested spans: incremental, idempotent,
+late spans re-summarise their trace, prices estimate missing costs, live event sent."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from dashboard import summarizer
+from dashboard.prices import model_price_set, prices_for_project
+from ingest.schemas import Limits, parse_span
+from ingest.services import traces_group
+from store import get_store
+from tests.spans import llm_trace
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+MS = 1_000_000
+
+
+def insert(project_id, spans):
+    rows = [parse_span(json.dumps(s).encode(), project_id=project_id, limits=Limits()) for s in spans]
+    get_store().insert("spans", rows, tag="tests.summarizer.spans")
+
+
+def latest(project_id):
+    return {r["trace_id"]: r for r in get_store().query(
+        "SELECT *, toUnixTimestamp64Nano(start_time) AS start_ns FROM traces FINAL WHERE project_id = {p:UInt64}",
+        {"p": project_id}, tag="tests.summarizer.read").dicts()}
+
+
+def versions(project_id):
+    return get_store().query("SELECT count() FROM traces WHERE project_id = {p:UInt64}", {"p": project_id},
+                             tag="tests.summarizer.count").scalar()
+
+
+def test_summarises_new_traces_once_per_change(project_with_key):
+    project, _ = project_with_key()
+    other, _ = project_with_key()
+    start = time.time_ns() - 60 * 1_000_000_000
+    t1, t2 = llm_trace(start_ns=start), llm_trace(start_ns=start + 5000 * MS, error=True, model="gpt-4o")
+    insert(project.pk, t1 + t2)
+    insert(other.pk, llm_trace(start_ns=start))
+    report = summarizer.traces_summarize(project_ids=[project.pk])
+    assert report.traces == 2 and report.spans == 10
+    rows = latest(project.pk)
+    a, b = rows[t1[0]["trace_id"]], rows[t2[0]["trace_id"]]
+    assert a["e2e_ns"] == 1200 * MS and a["has_root"] == 1 and a["root_name"] == "chat"
+    assert a["inference_ns"] == 900 * MS and a["network_ns"] == 80 * MS and a["other_ns"] == 40 * MS
+    assert a["ttft_ns"] == int(210.5 * MS) and a["input_tokens"] == 812 and a["output_tokens"] == 164
+    assert a["model"] == "gpt-4o-mini" and a["services"] == ["chat-api"] and a["span_count"] == 5
+    assert a["spans_start"] is not None and a["start_ns"] == start
+    assert b["status"] == "error" and b["error_message"] == "upstream timeout" and b["model"] == "gpt-4o"
+    assert latest(other.pk) == {}, "only the project asked for"
+    # Nothing new: the overlap re-reads the same traces at most; nothing changes in what is shown.
+    before = latest(project.pk)
+    summarizer.traces_summarize(project_ids=[project.pk])
+    after = latest(project.pk)
+    for tid in before:
+        assert {k: v for k, v in before[tid].items() if k != "version"} == {k: v for k, v in after[tid].items() if k != "version"}
+
+
+def test_late_spans_and_resent_spans_resummarise(project_with_key, settings):
+    settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
+    project, _ = project_with_key()
+    start = time.time_ns() - 3600 * 1_000_000_000  # an hour ago
+    spans = llm_trace(start_ns=start)
+    tid = spans[0]["trace_id"]
+    root, children = spans[0], spans[1:]
+    insert(project.pk, children)  # the children arrive first (the root ends last)
+    summarizer.traces_summarize(project_ids=[project.pk])
+    partial = latest(project.pk)[tid]
+    assert partial["has_root"] == 0 and partial["span_count"] == 4
+    time.sleep(0.01)
+    insert(project.pk, [root] + children[:1])  # the root arrives late, one child is re-sent
+    summarizer.traces_summarize(project_ids=[project.pk])
+    full = latest(project.pk)[tid]
+    assert full["has_root"] == 1 and full["span_count"] == 5 and full["e2e_ns"] == 1200 * MS
+    assert full["version"] > partial["version"]
+    # the minute of the new start and of the old one are marked for the rollups
+    marked = {r[0] for r in get_store().query(
+        "SELECT toUnixTimestamp(bucket) FROM rollup_dirty WHERE project_id = {p:UInt64}", {"p": project.pk},
+        tag="tests.summarizer.dirty").rows}
+    assert (start // 1_000_000_000) // 60 * 60 in marked
+
+
+def test_price_table_estimates_missing_cost(project_with_key):
+    project, _ = project_with_key()
+    model_price_set(project_id=project.pk, model="llama-3-70b", input_usd_per_million="0.5", output_usd_per_million=2)
+    assert prices_for_project(project_id=project.pk) == {"llama-3-70b": (0.5, 2.0)}
+    spans = llm_trace(model="llama-3-70b")
+    for s in spans:
+        s.pop("cost_usd", None)
+    insert(project.pk, spans)
+    summarizer.traces_summarize(project_ids=[project.pk])
+    row = latest(project.pk)[spans[0]["trace_id"]]
+    assert row["cost_estimated"] == 1
+    assert row["cost_usd"] == pytest.approx((812 * 0.5 + 164 * 2.0) / 1e6)
+
+
+def test_price_validation_names_the_field(project_with_key):
+    from django.core.exceptions import ValidationError
+
+    project, _ = project_with_key()
+    with pytest.raises(ValidationError) as err:
+        model_price_set(project_id=project.pk, model="m", input_usd_per_million="-1", output_usd_per_million=1)
+    assert "input_usd_per_million" in err.value.message_dict
+    with pytest.raises(ValidationError) as err:
+        model_price_set(project_id=project.pk, model=" ", input_usd_per_million=1, output_usd_per_million="x")
+    assert "model" in err.value.message_dict
+
+
+def test_live_event_names_the_summarised_traces(project_with_key):
+    project, _ = project_with_key()
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(traces_group(project.pk), channel)
+    spans = llm_trace()
+    insert(project.pk, spans)
+    summarizer.traces_summarize(project_ids=[project.pk])
+    event = async_to_sync(layer.receive)(channel)
+    assert event["type"] == "traces.summarized" and event["trace_ids"] == [spans[0]["trace_id"]]
+    json.dumps(event)  # serialisable for a Redis channel layer
+
+
+def test_rebuild_summarises_a_time_range(project_with_key):
+    project, _ = project_with_key()
+    base = time.time_ns() - 5 * 3600 * 1_000_000_000
+    traces = [llm_trace(start_ns=base + i * 1800 * 1_000_000_000) for i in range(6)]
+    insert(project.pk, [s for t in traces for s in t])
+    seen = []
+    n = summarizer.traces_rebuild(project_id=project.pk, from_ns=base, to_ns=base + 3 * 3600 * 1_000_000_000,
+                                  progress=lambda done, total, count: seen.append((done, total, count)))
+    assert n == 6 and seen[-1][0] == seen[-1][1]
+    assert set(latest(project.pk)) == {t[0]["trace_id"] for t in traces}
