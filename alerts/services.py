@@ -527,8 +527,8 @@ def rule_create(*, project, channels=(), **fields) -> AlertRule:
 DEFAULT_RULES = (
     dict(name="GPU memory ≥ 85 %", metric="gpu_memory_percent", aggregation="last", window_seconds=60,
          comparator="gte", threshold=85, for_seconds=60, keep_firing_for_seconds=60, severity="critical",
-         explanation="GPU memory % = used / total from NVML nvmlDeviceGetMemoryInfo. Above 85 % for a minute, the "
-                     "next larger batch or longer context can hit an out-of-memory error: scale out before it does.",
+         explanation="GPU memory % = used / total from NVML nvmlDeviceGetMemoryInfo. At 85 % or more for a minute: "
+                     "scale out before out-of-memory errors (the next larger batch or longer context may not fit).",
          runbook="Check the Resources page for the GPU and its processes; add a replica or lower max batch size / "
                  "context length; look for a leaking process (leak ratio rule)."),
     dict(name="Host CPU > 70 % for 5 min", metric="host_cpu_percent", aggregation="avg", window_seconds=300,
