@@ -273,3 +273,23 @@ def costs_kpis(now: WindowStats, before: WindowStats) -> list[Kpi]:
         Kpi("output_tokens", "Output tokens", now.output_tokens, before.output_tokens, "", None, 0),
         Kpi("requests", "Requests", now.requests, before.requests, "", None, 0),
     ]
+
+
+# --- compare -------------------------------------------------------------------------------------
+def compare_figures(a: WindowStats, b: WindowStats, *, label_a: str, label_b: str) -> dict[str, dict]:
+    """Per-phase P50/P95/P99 (and E2E, TTFT) of the two sides as grouped bars."""
+    names = [f"{metric} {q}" for metric in ("E2E", "TTFT", *PHASES) for q in ("P50", "P95", "P99")]
+
+    def values(s: WindowStats) -> list[float | None]:
+        out = []
+        for metric in ("E2E", "TTFT", *PHASES):
+            source = s.e2e_ms if metric == "E2E" else s.ttft_ms if metric == "TTFT" else s.phase_ms[metric]
+            out += [source[0.5], source[0.95], source[0.99]]
+        return out
+
+    fig = figure(barmode="group", height=360, hovermode="closest",
+                 title={"text": "Percentiles per phase, A against B", "x": 0, "font": {"size": 13}},
+                 xaxis={"type": "category", "tickangle": -45}, yaxis={"title": {"text": "ms"}, "rangemode": "tozero"})
+    fig.add_bar(x=names, y=values(a), name=label_a, marker_color="#9aa5b1")
+    fig.add_bar(x=names, y=values(b), name=label_b, marker_color="#3559e0")
+    return {"fig-compare": figure_dict(fig)}

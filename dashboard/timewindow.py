@@ -28,7 +28,7 @@ class TimeWindow:
         return TimeWindow(start=self.start - (self.end - self.start), end=self.start, preset="")
 
 
-def _parse_time(text: str) -> datetime:
+def parse_time(text: str) -> datetime:
     value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
@@ -38,7 +38,7 @@ def window_from_query(query, *, default: str = "1h", now: datetime | None = None
     start_text, end_text = query.get("from", ""), query.get("to", "")
     if start_text or end_text:
         try:
-            start, end = _parse_time(start_text), _parse_time(end_text) if end_text else now
+            start, end = parse_time(start_text), parse_time(end_text) if end_text else now
         except ValueError:
             return TimeWindow(now - PRESETS[default], now, default,
                               error="from/to must be ISO 8601 times, e.g. 2026-01-01T12:00:00Z")

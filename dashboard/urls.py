@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import explorer_views, trace_views, views
+from . import trace_views, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -8,8 +8,9 @@ urlpatterns = [
     path("overview.json", views.overview_json, name="overview-json"),
     path("costs/", views.costs, name="costs"),
     path("costs.json", views.costs_json, name="costs-json"),
-    path("traces/", explorer_views.traces_explorer, name="traces"),
-    path("traces/rows.json", explorer_views.traces_explorer_json, name="traces-rows"),
+    path("compare/", views.compare, name="compare"),
+    path("compare.json", views.compare_json, name="compare-json"),
+    path("traces/", views.traces_list, name="traces"),
     path("traces/compare/", trace_views.trace_compare, name="trace-compare"),
     re_path(r"^traces/(?P<trace_id>[0-9a-fA-F]{32})/$", trace_views.trace_page, name="trace"),
     path("api/v1/traces/<str:trace_id>", trace_views.trace_api, name="trace-api"),

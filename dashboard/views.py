@@ -14,6 +14,9 @@ from django.utils import timezone
 from store import StoreError, get_store
 
 from . import panel_selectors, panels, selectors
+from .compare import MODES as COMPARE_MODES
+from .compare import compare_query_from, compare_rows
+from .compare import side_stats as compare_side_stats
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
 from .project_scope import current_project
 from .timewindow import PRESETS, TimeWindow, window_from_query
@@ -271,3 +274,51 @@ def costs_json(request):
                 "series": _series_json(data["series"]), "figures": data["figures"]}
 
     return _panel_json(request, build)
+
+
+def _compare(project_id: int, query) -> dict:
+    a = compare_side_stats(project_id=project_id, side=query.a, service=query.service)
+    b = compare_side_stats(project_id=project_id, side=query.b, service=query.service)
+    window = query.window
+    return {"a": a, "b": b, "rows": compare_rows(a, b),
+            "figures": panels.compare_figures(a, b, label_a=query.a.label, label_b=query.b.label),
+            "facets": panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end),
+            "attribute_values": panel_selectors.attribute_values(project_id=project_id, start=window.start,
+                                                                 end=window.end, key=query.attribute_key)
+            if query.mode == "attribute" else []}
+
+
+@login_required
+def compare(request):
+    """Two time windows, two models or two values of an attribute (a release) side by side:
+    per-phase percentiles, TTFT, throughput and cost, with B's difference from A in %."""
+    query = compare_query_from(request.GET)
+    return _project_page(request, "dashboard/compare.html", "panel", lambda project_id: _compare(project_id, query),
+                         query=query, presets=PRESETS, modes=COMPARE_MODES)
+
+
+@login_required
+def compare_json(request):
+    """GET /compare.json?mode=windows&a_from=…&a_to=…&b_from=…&b_to=… (or mode=models&a_model=…&b_model=…,
+    or mode=attribute&attr=release&a_value=…&b_value=…, with range/from/to) — both sides' numbers."""
+    project = current_project(request)
+    if project is None:
+        return _json_error(404, "no_project", "you are not a member of any project")
+    query = compare_query_from(request.GET)
+    if query.errors:
+        return _json_error(400, "invalid_compare", "; ".join(query.errors))
+    try:
+        data = _compare(project.pk, query)
+    except StoreError as exc:
+        log.error("compare failed: %s", exc)
+        return _json_error(503, "store_unavailable", STORE_DOWN)
+    return JsonResponse({
+        "project_id": project.pk, "mode": query.mode, "service": query.service,
+        "a": {"label": query.a.label, "start": query.a.start.isoformat(), "end": query.a.end.isoformat(),
+              "stats": _stats_json(data["a"])},
+        "b": {"label": query.b.label, "start": query.b.start.isoformat(), "end": query.b.end.isoformat(),
+              "stats": _stats_json(data["b"])},
+        "rows": [{"group": r.group, "metric": r.label, "a": r.a, "b": r.b, "unit": r.unit,
+                  "change_percent": r.change_percent, "verdict": r.verdict} for r in data["rows"]],
+        "figures": data["figures"],
+    })
