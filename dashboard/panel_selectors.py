@@ -1,9 +1,10 @@
 """Reads behind the overview, costs and compare pages: figures over a time window (DOMAIN.md
 "Over a time window"), from the per-trace summaries (``traces``, latest version of each trace).
 
-A request belongs to the window its trace starts in. ``service`` filters on the trace's root
-service and ``model`` on its first model call (the dimensions the rollups keep). Percentiles here
-are exact (``quantilesExact``) over the window's traces.
+A request is a trace whose root has arrived, in the window its root starts in (as the rollups
+count it). ``service`` filters on the trace's root service and ``model`` on its first model call
+(the dimensions the rollups keep). Percentiles here are exact (``quantilesExact``) over the
+window's requests; a phase's percentiles are over the requests that spent time in that phase.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .trace_math import PHASES
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
-_FILTER = """project_id = {project_id:UInt64}
+_FILTER = """project_id = {project_id:UInt64} AND has_root = 1
   AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})
   AND ({service:String} = '' OR service = {service:String})
   AND ({model:String} = '' OR model = {model:String})"""
@@ -38,11 +39,11 @@ _AGGREGATES = """count() AS requests,
     quantilesExact(0.5, 0.9, 0.95, 0.99)(tpot_ns) AS tpot_q,
     sum(network_ns) AS network_sum, sum(preprocess_ns) AS preprocess_sum, sum(inference_ns) AS inference_sum,
     sum(postprocess_ns) AS postprocess_sum, sum(other_ns) AS other_sum,
-    quantilesExact(0.5, 0.9, 0.95, 0.99)(network_ns) AS network_q,
-    quantilesExact(0.5, 0.9, 0.95, 0.99)(preprocess_ns) AS preprocess_q,
-    quantilesExact(0.5, 0.9, 0.95, 0.99)(inference_ns) AS inference_q,
-    quantilesExact(0.5, 0.9, 0.95, 0.99)(postprocess_ns) AS postprocess_q,
-    quantilesExact(0.5, 0.9, 0.95, 0.99)(other_ns) AS other_q"""
+    quantilesExactIf(0.5, 0.9, 0.95, 0.99)(network_ns, network_ns > 0) AS network_q, countIf(network_ns > 0) AS network_n,
+    quantilesExactIf(0.5, 0.9, 0.95, 0.99)(preprocess_ns, preprocess_ns > 0) AS preprocess_q, countIf(preprocess_ns > 0) AS preprocess_n,
+    quantilesExactIf(0.5, 0.9, 0.95, 0.99)(inference_ns, inference_ns > 0) AS inference_q, countIf(inference_ns > 0) AS inference_n,
+    quantilesExactIf(0.5, 0.9, 0.95, 0.99)(postprocess_ns, postprocess_ns > 0) AS postprocess_q, countIf(postprocess_ns > 0) AS postprocess_n,
+    quantilesExactIf(0.5, 0.9, 0.95, 0.99)(other_ns, other_ns > 0) AS other_q, countIf(other_ns > 0) AS other_n"""
 
 
 def _params(project_id: int, start: datetime, end: datetime, service: str, model: str, **extra) -> dict:
@@ -118,7 +119,7 @@ def _stats(r: dict, seconds: float) -> WindowStats:
         seconds=seconds, requests=n, errors=r["errors"], input_tokens=r["input_total"],
         output_tokens=r["output_total"], cost_usd=float(r["cost_total"]), cost_estimated=r["estimated_n"],
         e2e_ms=_ms(r["e2e_q"], n), ttft_ms=_ms(r["ttft_q"], r["ttft_n"]), tpot_ms=_ms(r["tpot_q"], r["tpot_n"]),
-        phase_ms={p: _ms(r[f"{p}_q"], n) for p in PHASES},
+        phase_ms={p: _ms(r[f"{p}_q"], r[f"{p}_n"]) for p in PHASES},
         phase_mean_ms={p: (r[f"{p}_sum"] / n / 1e6 if n else None) for p in PHASES},
         e2e_mean_ms=r["e2e_sum_ns"] / n / 1e6 if n else None,
     )

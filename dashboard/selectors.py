@@ -294,7 +294,7 @@ SELECT intDiv(toUnixTimestamp64Milli(start_time), {step_ms:UInt64}) * {step_ms:U
        count() AS requests,
        quantileTDigest(0.95)(e2e_ns) AS p95_ns
 FROM traces FINAL
-WHERE project_id = {project_id:UInt64}
+WHERE project_id = {project_id:UInt64} AND has_root = 1
   AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})
 GROUP BY bucket_ms
 ORDER BY bucket_ms
