@@ -48,6 +48,7 @@ MAX_ATTRIBUTE_VALUE = 1024
 # Sort keys: one numeric expression per sort, with "unknown" (no TTFT, no cost) placed last in
 # either direction, so keyset comparisons are plain tuple comparisons (value, trace_id).
 _INT64_MAX = 2**63 - 1
+_COST_UNKNOWN_ASC = 1e300  # finite: ClickHouse writes inf as null in JSON
 _SORT_SQL = {
     "start": ("toUnixTimestamp64Nano(start_time)", "Int64"),
     "duration": ("toInt64(e2e_ns)", "Int64"),
@@ -60,7 +61,7 @@ def _null_key(sort: str, direction: str):
     if sort == "ttft":
         return _INT64_MAX if direction == "asc" else -1
     if sort == "cost":
-        return math.inf if direction == "asc" else -1.0
+        return _COST_UNKNOWN_ASC if direction == "asc" else -1.0
     return None
 
 
@@ -105,7 +106,7 @@ class Cursor:
                 key = float(key)
             except (TypeError, ValueError):
                 raise QueryError("cursor", "is not a cursor this page wrote; start from the first page") from None
-            if math.isnan(key):
+            if not math.isfinite(key):
                 raise QueryError("cursor", "is not a cursor this page wrote; start from the first page")
         elif not isinstance(key, int) or isinstance(key, bool) or not -1 <= key <= _INT64_MAX:
             raise QueryError("cursor", "is not a cursor this page wrote; start from the first page")

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import trace_views, views
+from . import explorer_views, trace_views, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -10,7 +10,8 @@ urlpatterns = [
     path("costs.json", views.costs_json, name="costs-json"),
     path("compare/", views.compare, name="compare"),
     path("compare.json", views.compare_json, name="compare-json"),
-    path("traces/", views.traces_list, name="traces"),
+    path("traces/", explorer_views.traces_explorer, name="traces"),
+    path("traces/rows.json", explorer_views.traces_explorer_json, name="traces-rows"),
     path("traces/compare/", trace_views.trace_compare, name="trace-compare"),
     re_path(r"^traces/(?P<trace_id>[0-9a-fA-F]{32})/$", trace_views.trace_page, name="trace"),
     path("api/v1/traces/<str:trace_id>", trace_views.trace_api, name="trace-api"),
