@@ -392,3 +392,45 @@ def test_payload_round_trips_through_json(project, hook):
     evaluate(T0)
     payload = Notification.objects.get().payload
     assert json.loads(json.dumps(payload)) == payload
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_rounds_evaluate_and_notify_once(project_with_key, hook):
+    import threading
+
+    project, _ = project_with_key()
+    AlertRule.objects.filter(project=project).delete()
+    gpu_rule(project, channels=[webhook(project, hook)])
+    insert_samples([sample(project.pk, T0 - timedelta(seconds=1), mem_pct=90)])
+    barrier = threading.Barrier(4)
+    reports = []
+
+    def worker():
+        from django.db import connection
+
+        barrier.wait()
+        try:
+            reports.append(alerts_evaluate_round(now=T0, deliver="inline"))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    ran = [r for r in reports if not r.skipped]
+    assert len(reports) == 4 and len(ran) >= 1
+    assert AlertEvent.objects.filter(to_state="firing").count() == 1
+    assert Notification.objects.count() == 1 and len(hook.requests) == 1
+
+
+@pytest.mark.django_db
+def test_a_dead_holders_lease_expires():
+    from django.utils import timezone
+
+    from alerts.models import EvaluationLease
+
+    assert services.lease_acquire(holder="dead")
+    EvaluationLease.objects.filter(name=services.LEASE_NAME).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert services.lease_acquire(holder="alive")
