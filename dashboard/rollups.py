@@ -1,0 +1,337 @@
+"""Reads of the rollups: the figures of DOMAIN.md "Over a time window" for the overview, costs and
+compare pages and the series JSON endpoints, served from the minute/hour/day rollups.
+
+Same interface and result types as ``dashboard.panel_selectors`` (which computes them exactly
+from ``traces``), so a page switches by its import. Each read picks its tables by range:
+
+- series whose step is under a minute (short windows) read ``traces`` directly
+  (``panel_selectors``: few rows, exact);
+- everything else reads minute rollups (windows up to 2 days), or minute rollups for the partial
+  hours at the edges and hour rollups for the whole hours between, and day rollups for the whole
+  days of windows over 60 days — a series only uses a level whose bucket divides its step.
+
+Windows are whole minutes: a bucket counts when its start lies in [start rounded down to the
+minute, end). Percentiles come from the rollups' log-bucket histograms: the value shown is the
+representative of the bucket that holds the nearest-rank percentile (the ⌈q·n⌉-th smallest
+value), within 0.5 % of it (``HIST_GAMMA`` = 1.01). A phase's percentiles are over every request
+(a request without that phase spent 0 in it); TTFT's and TPOT's over the requests that have one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from store import get_store
+
+from . import panel_selectors
+from .panel_selectors import (LATENCY_EDGES_MS, QUANTILES, LatencyHeatmap, ModelSpend, WindowSeries,
+                              WindowStats)
+from .rollup_services import HIST_GAMMA
+from .selectors import bucket_seconds, bucket_times
+from .trace_math import PHASES
+
+MINUTE, HOUR, DAY = 60, 3600, 86400
+MINUTES_MAX_SECONDS = 2 * DAY  # longer windows read hours for their whole hours
+DAYS_FROM_SECONDS = 60 * DAY  # windows this long read days for their whole days
+PROJECTION_DAYS = 7
+
+_TABLE = {"minute": "rollup_minute", "hour": "rollup_hour", "day": "rollup_day"}
+_SIZE = {"minute": MINUTE, "hour": HOUR, "day": DAY}
+_REP = f"if(k = 0, 0., 2 * pow({HIST_GAMMA!r}, k) / {HIST_GAMMA + 1!r})"  # a histogram key's value (ns)
+_QS = "[" + ", ".join(repr(q) for q in QUANTILES) + "]"
+
+
+def _ceil(ts: int, step: int) -> int:
+    return -(-ts // step) * step
+
+
+def _floor(ts: int, step: int) -> int:
+    return ts // step * step
+
+
+def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> list[tuple[str, int, int]]:
+    """(level, from, to) pieces that cover the buckets starting in [start_s, end_s) once each:
+    minutes at the edges, hours and days for the whole hours/days between (only levels whose
+    bucket divides ``step``, when a series asks)."""
+    start_s = _floor(start_s, MINUTE)
+    if end_s <= start_s:
+        return []
+    use_hours = end_s - start_s > MINUTES_MAX_SECONDS and (step is None or step % HOUR == 0)
+    if not use_hours:
+        return [("minute", start_s, end_s)]
+    h0, h1 = _ceil(start_s, HOUR), _floor(end_s, HOUR)
+    if h1 <= h0:
+        return [("minute", start_s, end_s)]
+    segments = []
+    if start_s < h0:
+        segments.append(("minute", start_s, h0))
+    d0, d1 = _ceil(h0, DAY), _floor(h1, DAY)
+    if end_s - start_s > DAYS_FROM_SECONDS and (step is None or step % DAY == 0) and d0 < d1:
+        if h0 < d0:
+            segments.append(("hour", h0, d0))
+        segments.append(("day", d0, d1))
+        if d1 < h1:
+            segments.append(("hour", d1, h1))
+    else:
+        segments.append(("hour", h0, h1))
+    if h1 < end_s:
+        segments.append(("minute", h1, end_s))
+    return segments
+
+
+def _source(segments: list[tuple[str, int, int]], columns: str) -> tuple[str, dict]:
+    parts, params = [], {}
+    for i, (level, lo, hi) in enumerate(segments):
+        parts.append(
+            f"SELECT {columns} FROM {_TABLE[level]} FINAL WHERE project_id = {{project_id:UInt64}}"
+            f" AND bucket >= toDateTime({{lo{i}:UInt32}}, 'UTC') AND bucket < toDateTime({{hi{i}:UInt32}}, 'UTC')"
+            " AND ({service:String} = '' OR service = {service:String}) AND ({model:String} = '' OR model = {model:String})")
+        params[f"lo{i}"], params[f"hi{i}"] = lo, hi
+    return "(" + "\n UNION ALL ".join(parts) + ")", params
+
+
+def _quantiles_sql(hist: str) -> str:
+    """Nearest-rank quantiles (ns) of a merged histogram column, at ``QUANTILES``."""
+    h = f"sumMap({hist})"
+    keys = (f"arrayMap(q -> arrayFirst((k, c) -> c >= greatest(1, ceil(q * arraySum(mapValues({h})) - 1e-9)),"
+            f" arraySort(mapKeys({h})), arrayCumSum(arraySort((v, k) -> k, mapValues({h}), mapKeys({h})))), {_QS})")
+    return f"arrayMap(k -> {_REP}, {keys})"
+
+
+_SUM_COLUMNS = ("requests", "errors", "e2e_sum_ns", "input_tokens", "output_tokens", "cost_usd",
+                "cost_estimated_requests", "ttft_count", "tpot_count", *(f"{p}_sum_ns" for p in PHASES))
+_HISTS = ("e2e", "ttft", "tpot", *PHASES)
+_AGGREGATES = ",\n    ".join([f"sum({c}) AS s_{c}" for c in _SUM_COLUMNS]
+                             + [f"{_quantiles_sql(f'{h}_hist')} AS q_{h}" for h in _HISTS])
+_COLUMNS = ", ".join(("bucket", "model", *_SUM_COLUMNS, *(f"{h}_hist" for h in _HISTS)))
+
+
+def _ms(values, n: int) -> dict[float, float | None]:
+    return {q: (round(float(v) / 1e6, 3) if n else None) for q, v in zip(QUANTILES, values)}
+
+
+def _stats(r: dict, seconds: float) -> WindowStats:
+    n = int(r["s_requests"])
+    return WindowStats(
+        seconds=seconds, requests=n, errors=int(r["s_errors"]), input_tokens=int(r["s_input_tokens"]),
+        output_tokens=int(r["s_output_tokens"]), cost_usd=float(r["s_cost_usd"]),
+        cost_estimated=int(r["s_cost_estimated_requests"]),
+        e2e_ms=_ms(r["q_e2e"], n), ttft_ms=_ms(r["q_ttft"], int(r["s_ttft_count"])),
+        tpot_ms=_ms(r["q_tpot"], int(r["s_tpot_count"])),
+        phase_ms={p: _ms(r[f"q_{p}"], n) for p in PHASES},
+        phase_mean_ms={p: (int(r[f"s_{p}_sum_ns"]) / n / 1e6 if n else None) for p in PHASES},
+        e2e_mean_ms=int(r["s_e2e_sum_ns"]) / n / 1e6 if n else None,
+    )
+
+
+def _empty(seconds: float) -> WindowStats:
+    none = dict.fromkeys(QUANTILES)
+    return WindowStats(seconds=seconds, requests=0, errors=0, input_tokens=0, output_tokens=0, cost_usd=0.0,
+                       cost_estimated=0, e2e_ms=dict(none), ttft_ms=dict(none), tpot_ms=dict(none),
+                       phase_ms={p: dict(none) for p in PHASES}, phase_mean_ms=dict.fromkeys(PHASES),
+                       e2e_mean_ms=None)
+
+
+def _exact(start: datetime, end: datetime, points: int) -> bool:
+    """Series finer than a minute come from ``traces`` (exact; the rollups hold minutes)."""
+    return bucket_seconds(start=start, end=end, points=points) < MINUTE
+
+
+def _seconds(t: datetime) -> int:
+    return int(t.timestamp())
+
+
+def window_stats(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "") -> WindowStats:
+    """Every window figure of DOMAIN.md over [start, end): requests, errors, tokens, cost,
+    P50/P90/P95/P99 of E2E, TTFT, TPOT and each phase, mean phase times (properties give RPS,
+    output tokens/s, concurrency, error rate, availability, cost per request / per 1k tokens,
+    inference share)."""
+    seconds = (end - start).total_seconds()
+    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end))
+    if not segments:
+        return _empty(seconds)
+    source, params = _source(segments, _COLUMNS)
+    rows = get_store().query(f"SELECT {_AGGREGATES} FROM {source}",
+                             {"project_id": project_id, "service": service, "model": model, **params},
+                             tag="dashboard.rollups.window_stats").dicts()
+    return _stats(rows[0], seconds) if rows and rows[0]["s_requests"] else _empty(seconds)
+
+
+def _series_step(start: datetime, end: datetime, points: int) -> int:
+    return max(MINUTE, bucket_seconds(start=start, end=end, points=points))
+
+
+def window_series(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
+                  points: int = 120) -> WindowSeries:
+    """The window's figures per bucket of a step chosen for about ``points`` buckets (at least a
+    minute; ``None`` for a bucket without requests)."""
+    if _exact(start, end, points):
+        return panel_selectors.window_series(project_id=project_id, start=start, end=end, service=service,
+                                             model=model, points=points)
+    step = _series_step(start, end, points)
+    times = bucket_times(start=start, end=end, step=step)
+    index = {_seconds(t): i for i, t in enumerate(times)}
+    buckets: list[WindowStats | None] = [None] * len(times)
+    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end), step=step)
+    if segments:
+        source, params = _source(segments, _COLUMNS)
+        sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, {_AGGREGATES} "
+               f"FROM {source} GROUP BY t HAVING s_requests > 0 ORDER BY t")
+        for r in get_store().query(sql, {"project_id": project_id, "service": service, "model": model, "step": step,
+                                         **params}, tag="dashboard.rollups.window_series").dicts():
+            i = index.get(int(r["t"]))
+            if i is not None:
+                buckets[i] = _stats(r, step)
+    return WindowSeries(start=start, end=end, step_seconds=step, times=times, buckets=buckets)
+
+
+def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
+                    points: int = 120) -> LatencyHeatmap:
+    """Requests per E2E latency bucket (``LATENCY_EDGES_MS``) per time bucket. From the rollups a
+    request lands by its histogram value, so one within 0.5 % of an edge may fall on either side."""
+    if _exact(start, end, points):
+        return panel_selectors.latency_heatmap(project_id=project_id, start=start, end=end, service=service,
+                                               model=model, points=points)
+    step = _series_step(start, end, points)
+    times = bucket_times(start=start, end=end, step=step)
+    index = {_seconds(t): i for i, t in enumerate(times)}
+    counts = [[0] * len(times) for _ in range(len(LATENCY_EDGES_MS) + 1)]
+    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end), step=step)
+    if segments:
+        source, params = _source(segments, "bucket, e2e_hist")
+        sql = (f"SELECT t, arrayCount(edge -> {_REP} >= edge * 1000000, {{edges:String}}::Array(UInt64)) AS lat, sum(c) AS n FROM ("
+               f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, sumMap(e2e_hist) AS h"
+               f" FROM {source} GROUP BY t) ARRAY JOIN mapKeys(h) AS k, mapValues(h) AS c GROUP BY t, lat")
+        edges = "[" + ",".join(str(e) for e in LATENCY_EDGES_MS) + "]"
+        for r in get_store().query(sql, {"project_id": project_id, "service": service, "model": model, "step": step,
+                                         "edges": edges, **params}, tag="dashboard.rollups.latency_heatmap").dicts():
+            i = index.get(int(r["t"]))
+            if i is not None:
+                counts[int(r["lat"])][i] += int(r["n"])
+    return LatencyHeatmap(times=times, step_seconds=step, edges_ms=LATENCY_EDGES_MS, counts=counts)
+
+
+def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
+                   points: int = 120) -> ModelSpend:
+    """Cost per model (the trace's first model call's; "(no model)") per time bucket."""
+    if _exact(start, end, points):
+        return panel_selectors.spend_by_model(project_id=project_id, start=start, end=end, service=service,
+                                              model=model, points=points)
+    step = _series_step(start, end, points)
+    times = bucket_times(start=start, end=end, step=step)
+    index = {_seconds(t): i for i, t in enumerate(times)}
+    out: dict[str, list[float | None]] = {}
+    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end), step=step)
+    if segments:
+        source, params = _source(segments, "bucket, model, requests, cost_usd")
+        sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, model AS m, "
+               f"sum(cost_usd) AS cost FROM {source} GROUP BY t, m HAVING sum(requests) > 0 ORDER BY m, t")
+        for r in get_store().query(sql, {"project_id": project_id, "service": service, "model": model, "step": step,
+                                         **params}, tag="dashboard.rollups.spend_by_model").dicts():
+            i = index.get(int(r["t"]))
+            if i is not None:
+                out.setdefault(r["m"] or "(no model)", [None] * len(times))[i] = float(r["cost"])
+    return ModelSpend(times=times, step_seconds=step, cost_by_model=out)
+
+
+@dataclass(frozen=True)
+class SpendProjection:
+    """Projected monthly spend = cost of the last 7 days × 30 / 7 (a projection, labelled so)."""
+
+    start: datetime
+    end: datetime
+    cost_last_7_days: float
+    projected_monthly: float
+    by_model: dict[str, float]  # projected monthly spend per model
+
+
+def spend_projection(*, project_id: int, now: datetime | None = None, service: str = "", model: str = "") -> SpendProjection:
+    end = now or datetime.now(timezone.utc)
+    start = end - timedelta(days=PROJECTION_DAYS)
+    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end))
+    source, params = _source(segments, "bucket, model, cost_usd")
+    by_model = {
+        (r["m"] or "(no model)"): float(r["cost"]) * 30 / PROJECTION_DAYS
+        for r in get_store().query(f"SELECT model AS m, sum(cost_usd) AS cost FROM {source} GROUP BY m ORDER BY m",
+                                   {"project_id": project_id, "service": service, "model": model, **params},
+                                   tag="dashboard.rollups.spend_projection").dicts()
+    }
+    week = sum(by_model.values()) * PROJECTION_DAYS / 30
+    return SpendProjection(start=start, end=end, cost_last_7_days=week, projected_monthly=sum(by_model.values()),
+                           by_model=by_model)
+
+
+# --- compare -----------------------------------------------------------------------------------
+COMPARE_FIGURES = {
+    # name: (getter, unit, lower is better)
+    "requests": (lambda s: s.requests, "", None),
+    "rps": (lambda s: s.rps, "req/s", False),
+    "output_tps": (lambda s: s.output_tps, "tokens/s", False),
+    "error_rate": (lambda s: s.error_rate, "", True),
+    "e2e_p50_ms": (lambda s: s.e2e_ms[0.5], "ms", True),
+    "e2e_p95_ms": (lambda s: s.e2e_ms[0.95], "ms", True),
+    "e2e_p99_ms": (lambda s: s.e2e_ms[0.99], "ms", True),
+    "ttft_p50_ms": (lambda s: s.ttft_ms[0.5], "ms", True),
+    "ttft_p95_ms": (lambda s: s.ttft_ms[0.95], "ms", True),
+    "ttft_p99_ms": (lambda s: s.ttft_ms[0.99], "ms", True),
+    "tpot_p50_ms": (lambda s: s.tpot_ms[0.5], "ms", True),
+    **{f"{p}_p{int(q * 100)}_ms": ((lambda s, p=p, q=q: s.phase_ms[p][q]), "ms", True)
+       for p in PHASES for q in (0.5, 0.95, 0.99)},
+    "inference_share": (lambda s: s.inference_share, "", None),
+    "cost_usd": (lambda s: s.cost_usd, "USD", True),
+    "cost_per_request": (lambda s: s.cost_per_request, "USD", True),
+    "cost_per_1k_tokens": (lambda s: s.cost_per_1k_tokens, "USD", True),
+}
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    name: str
+    unit: str
+    a: float | None
+    b: float | None
+    change_percent: float | None  # (b − a) / a × 100; None when a is 0 or either is missing
+    better: bool | None  # b better than a (None: no direction, or no change)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: WindowStats
+    b: WindowStats
+    rows: list[CompareRow]
+
+
+def compare_stats(a: WindowStats, b: WindowStats) -> Comparison:
+    """Side by side, with the difference in % (b against a)."""
+    rows = []
+    for name, (get, unit, lower_better) in COMPARE_FIGURES.items():
+        va, vb = get(a), get(b)
+        change = None if va in (None, 0) or vb is None else (vb - va) / va * 100
+        better = None if change in (None, 0) or lower_better is None else (change < 0) == lower_better
+        rows.append(CompareRow(name=name, unit=unit, a=va, b=vb, change_percent=change, better=better))
+    return Comparison(a=a, b=b, rows=rows)
+
+
+def compare_windows(*, project_id: int, a: tuple[datetime, datetime], b: tuple[datetime, datetime],
+                    service: str = "", model: str = "") -> Comparison:
+    """Two time windows (e.g. before and after an optimisation), same filters."""
+    return compare_stats(window_stats(project_id=project_id, start=a[0], end=a[1], service=service, model=model),
+                         window_stats(project_id=project_id, start=b[0], end=b[1], service=service, model=model))
+
+
+def compare_models(*, project_id: int, start: datetime, end: datetime, model_a: str, model_b: str,
+                   service: str = "") -> Comparison:
+    """Two models over the same window."""
+    return compare_stats(window_stats(project_id=project_id, start=start, end=end, service=service, model=model_a),
+                         window_stats(project_id=project_id, start=start, end=end, service=service, model=model_b))
+
+
+def compare_attribute(*, project_id: int, start: datetime, end: datetime, key: str, value_a: str, value_b: str,
+                      service: str = "", model: str = "") -> Comparison:
+    """Two values of a span attribute (two releases, two variants) over the same window: the
+    rollups do not keep attributes, so this reads ``traces`` joined with the spans that carry it."""
+    def stats(value: str) -> WindowStats:
+        return panel_selectors.window_stats(project_id=project_id, start=start, end=end, service=service,
+                                            model=model, release=(key, value))
+    return compare_stats(stats(value_a), stats(value_b))

@@ -1,0 +1,223 @@
+"""Rollups: shown percentiles within 1 % of the exact ones over raw spans, late spans and re-runs
+never double count, hour/day rollups agree with minutes, reads are scoped to the project."""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from dashboard import rollup_services, rollups, summarizer
+from dashboard.trace_math import PHASES
+from store import get_store
+from tests.rollup_support import QUANTILES, exact_from_spans, exact_ms, insert_spans, random_trace
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+NS = 1_000_000_000
+
+
+def utc(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / NS, tz=timezone.utc)
+
+
+def run_tasks(project_id: int) -> None:
+    summarizer.traces_summarize(project_ids=[project_id])
+    rollup_services.rollups_update(project_ids=[project_id])
+
+
+def assert_close(shown: dict, exact: dict, what: str) -> None:
+    for q in QUANTILES:
+        if exact[q] is None:
+            assert shown[q] is None, (what, q)
+            continue
+        if exact[q] == 0:
+            assert shown[q] == 0, (what, q)
+            continue
+        error = abs(shown[q] - exact[q]) / exact[q]
+        assert error <= 0.01, f"{what} P{q * 100:g}: shown {shown[q]} vs exact {exact[q]} ({error:.2%})"
+
+
+def assert_window_agrees(project_id: int, start_ns: int, end_ns: int, **filters) -> rollups.WindowStats:
+    stats = rollups.window_stats(project_id=project_id, start=utc(start_ns), end=utc(end_ns), **filters)
+    exact = exact_from_spans(project_id, start_ns=start_ns, end_ns=end_ns, **filters)
+    assert stats.requests == exact["requests"]
+    assert stats.errors == exact["errors"]
+    assert stats.output_tokens == exact["output_tokens"] and stats.input_tokens == exact["input_tokens"]
+    assert stats.cost_usd == pytest.approx(exact["cost_usd"], rel=1e-9, abs=1e-12)
+    if exact["requests"]:
+        assert stats.e2e_mean_ms == pytest.approx(exact["e2e_sum"] / exact["requests"] / 1e6)
+    assert_close(stats.e2e_ms, exact_ms(exact["e2e"]), "e2e")
+    assert_close(stats.ttft_ms, exact_ms(exact["ttft"]), "ttft")
+    assert_close(stats.tpot_ms, exact_ms(exact["tpot"]), "tpot")
+    for phase in PHASES:
+        assert_close(stats.phase_ms[phase], exact_ms(exact[phase]), phase)
+    return stats
+
+
+@pytest.fixture
+def seeded(project_with_key):
+    """1,200 traces over the three hours ending 20 minutes ago, two services and two models."""
+    project, _ = project_with_key()
+    rng = random.Random(6)
+    end = (time.time_ns() - 20 * 60 * NS) // (60 * NS) * 60 * NS
+    start = end - 3 * 3600 * NS
+    spans = []
+    for _ in range(1200):
+        spans += random_trace(rng, start_ns=rng.randrange(start, end), service=rng.choice(["chat-api", "search"]),
+                              model=rng.choice(["gpt-4o-mini", "llama-3-70b"]), error=rng.random() < 0.05)
+    insert_spans(project.pk, spans)
+    run_tasks(project.pk)
+    return project, start, end
+
+
+def test_rollup_percentiles_agree_with_exact_over_raw_spans(seeded):
+    project, start, end = seeded
+    stats = assert_window_agrees(project.pk, start, end)  # 3 hours: minute rollups
+    assert stats.requests == 1200
+    # a window over 2 days reads hour rollups for its whole hours, minutes at its edges
+    wide = assert_window_agrees(project.pk, start - 2 * 86400 * NS - 17 * 60 * NS, end + 60 * NS)
+    assert wide.requests == 1200
+    # a window that cuts through hours, and filters
+    assert_window_agrees(project.pk, start + 37 * 60 * NS, end - 71 * 60 * NS, service="search")
+    assert_window_agrees(project.pk, start, end, model="llama-3-70b")
+    assert_window_agrees(project.pk, start, end, service="chat-api", model="gpt-4o-mini")
+
+
+def test_series_buckets_agree_with_exact(seeded):
+    project, start, end = seeded
+    series = rollups.window_series(project_id=project.pk, start=utc(start), end=utc(end), points=6)
+    assert series.step_seconds == 1800
+    total = 0
+    for t, bucket in zip(series.times, series.buckets):
+        t_ns = int(t.timestamp()) * NS
+        exact = exact_from_spans(project.pk, start_ns=t_ns, end_ns=t_ns + series.step_seconds * NS)
+        if bucket is None:
+            assert exact["requests"] == 0
+            continue
+        total += bucket.requests
+        assert bucket.requests == exact["requests"]
+        assert_close(bucket.e2e_ms, exact_ms(exact["e2e"]), f"e2e at {t}")
+        assert_close(bucket.phase_ms["inference"], exact_ms(exact["inference"]), f"inference at {t}")
+    assert total == 1200
+    heatmap = rollups.latency_heatmap(project_id=project.pk, start=utc(start), end=utc(end), points=6)
+    assert sum(heatmap.totals) == 1200
+    spend = rollups.spend_by_model(project_id=project.pk, start=utc(start), end=utc(end), points=6)
+    assert set(spend.cost_by_model) == {"gpt-4o-mini", "llama-3-70b"}
+    exact = exact_from_spans(project.pk, start_ns=start, end_ns=end)
+    assert sum(v or 0 for values in spend.cost_by_model.values() for v in values) == pytest.approx(exact["cost_usd"])
+
+
+def _table_totals(project_id: int, table: str) -> dict:
+    return get_store().query(
+        f"SELECT sum(requests) AS requests, sum(errors) AS errors, sum(e2e_sum_ns) AS e2e, sum(output_tokens) AS tokens,"
+        f" sumMap(e2e_hist) AS h, sumMap(inference_hist) AS hi FROM {table} FINAL WHERE project_id = {{p:UInt64}}",
+        {"p": project_id}, tag="tests.rollups.totals").dicts()[0]
+
+
+def test_hour_and_day_rollups_agree_with_minutes(seeded):
+    project, start, end = seeded
+    minute, hour, day = (_table_totals(project.pk, t) for t in ("rollup_minute", "rollup_hour", "rollup_day"))
+    assert minute["requests"] == 1200
+    assert minute == hour == day
+    per_hour = get_store().query(
+        "SELECT toStartOfHour(bucket) AS h, sum(requests) AS n, sumMap(ttft_hist) AS t FROM rollup_minute FINAL"
+        " WHERE project_id = {p:UInt64} GROUP BY h ORDER BY h", {"p": project.pk}, tag="tests.rollups.by_hour").rows
+    hours = get_store().query(
+        "SELECT bucket, sum(requests), sumMap(ttft_hist) FROM rollup_hour FINAL WHERE project_id = {p:UInt64}"
+        " GROUP BY bucket ORDER BY bucket", {"p": project.pk}, tag="tests.rollups.hours").rows
+    assert per_hour == hours
+
+
+def no_model_requests(project_id: int) -> int:
+    return get_store().query("SELECT sum(requests) FROM rollup_minute FINAL WHERE project_id = {p:UInt64} AND model = ''",
+                             {"p": project_id}, tag="tests.rollups.no_model").scalar()
+
+
+def test_late_spans_and_reruns_never_double_count(project_with_key):
+    project, _ = project_with_key()
+    rng = random.Random(7)
+    end = (time.time_ns() - 3 * 3600 * NS) // (60 * NS) * 60 * NS  # outside the late-arrival window
+    start = end - 3600 * NS
+    traces = [random_trace(rng, start_ns=rng.randrange(start, end), model=rng.choice(["a", "b"])) for _ in range(300)]
+    early, late = [], []
+    for i, spans in enumerate(traces):
+        if i % 3 == 0:  # the root arrives late: the trace is no request yet
+            early += spans[1:]
+            late += spans[:1]
+        elif i % 3 == 1:  # the model call arrives late: the trace moves from model '' to its model
+            early += [s for s in spans if s["phase"] != "inference"]
+            late += [s for s in spans if s["phase"] == "inference"]
+        else:
+            early += spans
+    insert_spans(project.pk, early)
+    run_tasks(project.pk)
+    first = rollups.window_stats(project_id=project.pk, start=utc(start), end=utc(end))
+    assert first.requests == 200  # the rootless third is not counted yet
+    assert no_model_requests(project.pk) == 100
+    insert_spans(project.pk, late)
+    insert_spans(project.pk, traces[2] + traces[5])  # re-sent spans (a retrying client)
+    for _ in range(3):  # re-runs
+        run_tasks(project.pk)
+    stats = assert_window_agrees(project.pk, start, end)
+    assert stats.requests == 300
+    assert no_model_requests(project.pk) == 0  # the rows of model '' were zeroed, not left behind
+    assert assert_window_agrees(project.pk, start, end, model="a").requests + \
+        assert_window_agrees(project.pk, start, end, model="b").requests == 300
+    # the same minutes recomputed again, directly: nothing changes
+    before = _table_totals(project.pk, "rollup_minute"), _table_totals(project.pk, "rollup_day")
+    rollup_services.rollup_minutes_recompute(project_id=project.pk, minutes=range(start // NS, end // NS, 60))
+    assert (_table_totals(project.pk, "rollup_minute"), _table_totals(project.pk, "rollup_day")) == before
+    assert before[0]["requests"] == 300
+
+
+def test_rebuild_over_a_range_matches_incremental(project_with_key):
+    project, _ = project_with_key()
+    rng = random.Random(8)
+    end = (time.time_ns() - 2 * 86400 * NS) // NS * NS
+    start = end - 6 * 3600 * NS
+    insert_spans(project.pk, [s for _ in range(200) for s in random_trace(rng, start_ns=rng.randrange(start, end))])
+    summarizer.traces_rebuild(project_id=project.pk, from_ns=start, to_ns=end)
+    seen = []
+    rollup_services.rollups_rebuild(project_id=project.pk, from_ns=start, to_ns=end, progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1][0] == seen[-1][1]
+    assert assert_window_agrees(project.pk, start, end).requests == 200
+    assert _table_totals(project.pk, "rollup_day")["requests"] == 200
+
+
+def test_reads_are_scoped_to_the_project(seeded, project_with_key):
+    project, start, end = seeded
+    other, _ = project_with_key()
+    stats = rollups.window_stats(project_id=other.pk, start=utc(start), end=utc(end))
+    assert stats.requests == 0 and stats.e2e_ms[0.95] is None
+    assert rollups.window_series(project_id=other.pk, start=utc(start), end=utc(end)).buckets == \
+        [None] * len(rollups.window_series(project_id=other.pk, start=utc(start), end=utc(end)).times)
+
+
+def test_segments_cover_each_bucket_once():
+    day = 86400
+    for start, end, step in [(0, 3 * day, None), (1234567, 1234567 + 90 * day + 3717, None),
+                             (1234567, 1234567 + 90 * day, 3600), (60 * 7, 60 * 50, None)]:
+        covered = []
+        for level, lo, hi in rollups.rollup_segments(start_s=start, end_s=end, step=step):
+            size = {"minute": 60, "hour": 3600, "day": day}[level]
+            assert lo % size == 0 and hi % size == 0 or level == "minute"
+            covered.append((lo, hi))
+        covered.sort()
+        assert covered[0][0] == start // 60 * 60 and covered[-1][1] == end
+        assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+
+
+def test_compare_reports_percent_change(seeded):
+    project, start, end = seeded
+    mid = start + (end - start) // 2
+    comparison = rollups.compare_windows(project_id=project.pk, a=(utc(start), utc(mid)), b=(utc(mid), utc(end)))
+    rows = {r.name: r for r in comparison.rows}
+    assert rows["requests"].a + rows["requests"].b == 1200
+    p95 = rows["e2e_p95_ms"]
+    assert p95.change_percent == pytest.approx((p95.b - p95.a) / p95.a * 100)
+    assert p95.better == (p95.b < p95.a)
+    by_model = rollups.compare_models(project_id=project.pk, start=utc(start), end=utc(end),
+                                      model_a="gpt-4o-mini", model_b="llama-3-70b")
+    assert by_model.a.requests + by_model.b.requests == 1200
