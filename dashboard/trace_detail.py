@@ -2,10 +2,10 @@
 critical path and the tree (depth, orphans, clock skew). The trace page, its JSON endpoint and the
 comparison page read traces here.
 
-A trace is found without scanning ``spans``: the ``traces`` summary (ordered by trace id) gives the
-time bounds of its spans, so the spans query reads only the partitions and granules of that window,
-and the trace-id bloom filter skips the rest. A trace not yet summarised (its spans arrived seconds
-ago) is still found through the bloom filter alone.
+A trace is found without scanning ``spans``: ``explorer.trace_bounds`` gives the time bounds of its
+spans from the ``traces`` summary (ordered by trace id), so the spans query reads only the partitions
+and granules of that window, and the trace-id bloom filter skips the rest. A trace not yet
+summarised (its spans arrived seconds ago) is found through the bloom filter alone.
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ from dataclasses import dataclass, field
 
 from store import get_store
 
+from .explorer import trace_bounds
 from .trace_math import PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, trace_summarize
 
 TRACE_ID_RE = re.compile(r"[0-9a-f]{32}\Z")
 NS = 1_000_000_000
 MS = 1_000_000
-# Span times are stored at ns precision, but a summary's bounds went through floats in some
-# clients; a small margin keeps the window from cutting off the first or last span.
-_BOUNDS_MARGIN_NS = 1_000_000
+# The summary's bounds cover the spans it saw; a span that arrived since (the summariser runs
+# every few seconds) can start a little outside them, e.g. a parent whose children came first.
+# A minute each side keeps those on the page while still reading a narrow time range.
+_BOUNDS_MARGIN_NS = 60 * NS
 
 # Flags shown in the header (DOMAIN.md rules of thumb).
 INFERENCE_SHARE_LIMIT = 0.60
@@ -34,51 +36,30 @@ def trace_id_valid(trace_id: str) -> bool:
     return bool(TRACE_ID_RE.match(trace_id or ""))
 
 
-_BOUNDS_SQL = """
-SELECT toUnixTimestamp64Nano(spans_start) AS lo, toUnixTimestamp64Nano(spans_end) AS hi
-FROM traces
-WHERE project_id = {project_id:UInt64} AND trace_id = {trace_id:FixedString(32)}
-ORDER BY version DESC
-LIMIT 1
-"""
-
-
-def _trace_bounds(*, project_id: int, trace_id: str) -> tuple[int, int] | None:
-    """(earliest span start, latest span end) in ns from the per-trace summary, or None when the
-    trace has not been summarised yet."""
-    rows = get_store().query(_BOUNDS_SQL, {"project_id": project_id, "trace_id": trace_id},
-                             tag="dashboard.trace_detail.trace_bounds").rows
-    return (int(rows[0][0]), int(rows[0][1])) if rows else None
-
-
 _SPANS_SQL = f"""
 SELECT {SPAN_FIELDS_SQL}, attributes, resource_attributes,
     arrayMap(t -> toUnixTimestamp64Nano(t), event_times) AS event_ns, event_names, event_attributes
 FROM spans
 WHERE project_id = {{project_id:UInt64}} AND trace_id = {{trace_id:FixedString(32)}}
-  {{window}}
+  AND start_time >= fromUnixTimestamp64Nano({{lo:Int64}}) AND start_time <= fromUnixTimestamp64Nano({{hi:Int64}})
 ORDER BY ingested_at DESC
 LIMIT 1 BY span_id
 """
-_WINDOW = ("AND start_time >= fromUnixTimestamp64Nano({lo:Int64}) "
-           "AND start_time <= fromUnixTimestamp64Nano({hi:Int64})")
+_WINDOW = "AND start_time >= fromUnixTimestamp64Nano({lo:Int64}) AND start_time <= fromUnixTimestamp64Nano({hi:Int64})"
 
 
 def trace_spans(*, project_id: int, trace_id: str) -> list[dict]:
     """The trace's spans, one per span_id (the most recently ingested copy of a re-sent span)."""
     params = {"project_id": project_id, "trace_id": trace_id}
-    bounds = _trace_bounds(project_id=project_id, trace_id=trace_id)
-    window = ""
-    if bounds is not None:
-        # spans_end is the latest end; a span starts no later than that.
-        params.update(lo=bounds[0] - _BOUNDS_MARGIN_NS, hi=bounds[1] + _BOUNDS_MARGIN_NS)
-        window = _WINDOW
-    rows = get_store().query(_SPANS_SQL.replace("{window}", window), params,
-                             tag="dashboard.trace_detail.trace_spans").dicts()
-    if bounds is not None and not rows:
-        # The summary is stale (e.g. the trace's spans expired): look without the window.
-        rows = get_store().query(_SPANS_SQL.replace("{window}", ""), {"project_id": project_id, "trace_id": trace_id},
-                                 tag="dashboard.trace_detail.trace_spans").dicts()
+    bounds = trace_bounds(project_id=project_id, trace_id=trace_id)
+    if bounds is None:
+        return []
+    params.update(lo=bounds[0] - _BOUNDS_MARGIN_NS, hi=bounds[1] + _BOUNDS_MARGIN_NS)
+    rows = get_store().query(_SPANS_SQL, params, tag="dashboard.trace_detail.trace_spans").dicts()
+    if not rows:
+        # The summary is stale (the spans it saw were dropped by TTL): find whatever is left.
+        rows = get_store().query(_SPANS_SQL.replace(_WINDOW, ""), {"project_id": project_id, "trace_id": trace_id},
+                                 tag="dashboard.trace_detail.trace_spans_unbounded").dicts()
     return rows
 
 

@@ -213,16 +213,31 @@
   window.addEventListener("resize", () => { drawMinimap(); drawRuler(); schedule(); });
 
   // --- ruler and zoom --------------------------------------------------------------------------
+  function niceStep(raw) {
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * mag >= raw) return m * mag;
+    return 10 * mag;
+  }
+  function fmtTick(ns, step) {
+    if (step >= 1e9) return (ns / 1e9).toFixed(step % 1e9 ? 1 : 0) + " s";
+    if (step >= 1e6) return (ns / 1e6).toFixed(step % 1e6 ? 1 : 0) + " ms";
+    return (ns / 1e3).toFixed(step % 1e3 ? 1 : 0) + " µs";
+  }
   function drawRuler() {
+    // Round-numbered ticks (offsets from the trace's start), about one per 110 px.
     ticks.textContent = "";
-    const steps = 5;
-    for (let k = 0; k <= steps; k++) {
-      const ns = viewLo + ((viewHi - viewLo) * k) / steps;
-      const t = el("span", "wf-tick", fmtMs(ns - t0));
-      t.style.left = (k * 100) / steps + "%";
-      if (k === steps) t.classList.add("last");
+    const width = ticks.clientWidth || 600;
+    const step = niceStep(Math.max(1, (viewHi - viewLo) / Math.max(2, Math.floor(width / 110))));
+    for (let off = Math.ceil((viewLo - t0) / step) * step; t0 + off <= viewHi; off += step) {
+      const x = pct(t0 + off);
+      const t = el("span", "wf-tick", fmtTick(off, step));
+      t.style.left = x + "%";
+      if (x > 92) t.classList.add("last");
       ticks.append(t);
     }
+    const wf = $("waterfall");
+    wf.dataset.viewStartMs = ((viewLo - t0) / 1e6).toFixed(3);
+    wf.dataset.viewEndMs = ((viewHi - t0) / 1e6).toFixed(3);
   }
   function zoom(lo, hi) {
     viewLo = Math.max(t0, Math.min(lo, hi));
@@ -350,8 +365,8 @@
     area.remove();
     return ok;
   }
-  function kvTable(map, cls) {
-    const keys = Object.keys(map).sort();
+  function kvTable(map, cls, keepOrder) {
+    const keys = keepOrder ? Object.keys(map) : Object.keys(map).sort();
     const table = el("table", "kv " + (cls || ""));
     for (const k of keys) {
       const tr = el("tr");
@@ -386,7 +401,7 @@
     if (s.ttft_ns !== null) facts["TTFT"] = fmtMs(s.ttft_ns);
     if (s.input_tokens || s.output_tokens) facts["tokens in / out"] = s.input_tokens + " / " + s.output_tokens;
     if (s.cost_usd !== null) facts["cost"] = "$" + Number(s.cost_usd).toFixed(6);
-    detailBody.append(kvTable(facts, "facts"));
+    detailBody.append(kvTable(facts, "facts", true));
     if (s.orphan) detailBody.append(el("p", "note", "Orphan: its parent span " + s.parent_span_id + " is not in this trace (not sent, or not arrived yet)."));
     if (s.skew_note) detailBody.append(el("p", "note", "Clock skew: it " + s.skew_note + "."));
     const linkRow = el("div", "wf-link");
@@ -452,8 +467,13 @@
     for (const row of pool) row.index = -1;
     render();
   }
+  function refreshFind() {
+    clearTimeout(findTimer);
+    const q = findInput.value.trim().toLowerCase();
+    if (q !== lastQuery) { lastQuery = q; runFind(); }
+  }
   function gotoMatch(step) {
-    if (findInput.value.trim().toLowerCase() !== lastQuery) { lastQuery = findInput.value.trim().toLowerCase(); runFind(); }
+    refreshFind();
     if (!matches.length) return;
     matchPos = matchPos < 0 ? (step > 0 ? 0 : matches.length - 1) : (matchPos + step + matches.length) % matches.length;
     findCount.textContent = (matchPos + 1) + " / " + matches.length;
@@ -462,7 +482,7 @@
   let lastQuery = "", findTimer = 0;
   findInput.addEventListener("input", () => {
     clearTimeout(findTimer);
-    findTimer = setTimeout(() => { lastQuery = findInput.value.trim().toLowerCase(); runFind(); }, 120);
+    findTimer = setTimeout(refreshFind, 120);
   });
   findInput.addEventListener("keydown", (e) => {
     if (e.key === "Enter") { e.preventDefault(); gotoMatch(e.shiftKey ? -1 : 1); }
