@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import explorer_views, trace_views, views
+from . import explorer_views, series_api, trace_views, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -15,6 +15,10 @@ urlpatterns = [
     path("traces/compare/", trace_views.trace_compare, name="trace-compare"),
     re_path(r"^traces/(?P<trace_id>[0-9a-fA-F]{32})/$", trace_views.trace_page, name="trace"),
     path("api/v1/traces/<str:trace_id>", trace_views.trace_api, name="trace-api"),
+    path("api/v1/series/overview", series_api.overview, name="series-overview"),
+    path("api/v1/series/latency", series_api.latency, name="series-latency"),
+    path("api/v1/series/costs", series_api.costs, name="series-costs"),
+    path("api/v1/series/compare", series_api.compare, name="series-compare"),
     path("resources/", views.resources_latest, name="resources"),
     path("resources/series.json", views.resources_series_json, name="resources-series"),
 ]

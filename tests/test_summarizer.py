@@ -136,3 +136,32 @@ def test_rebuild_summarises_a_time_range(project_with_key):
                                   progress=lambda done, total, count: seen.append((done, total, count)))
     assert n == 6 and seen[-1][0] == seen[-1][1]
     assert set(latest(project.pk)) == {t[0]["trace_id"] for t in traces}
+
+
+def test_command_rebuilds_summaries_and_rollups(project_with_key, capsys):
+    from django.core.management import call_command
+
+    from dashboard import rollups
+
+    project, _ = project_with_key(name="bulk-loaded")
+    base = time.time_ns() - 2 * 86400 * 1_000_000_000
+    traces = [llm_trace(start_ns=base + i * 600 * 1_000_000_000) for i in range(12)]
+    insert(project.pk, [s for t in traces for s in t])
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base / 1e9 - 60))
+    call_command("summarize_traces", "--project", "bulk-loaded", "--since", since)
+    out = capsys.readouterr()
+    assert "summarised 12 traces" in out.out and "rollups" in out.err and "100.0%" in out.err
+    assert len(latest(project.pk)) == 12
+    from datetime import datetime, timezone
+
+    stats = rollups.window_stats(project_id=project.pk, start=datetime.fromtimestamp(base / 1e9 - 60, tz=timezone.utc),
+                                 end=datetime.now(timezone.utc))
+    assert stats.requests == 12 and stats.e2e_ms[0.5] == pytest.approx(1200, rel=0.005)
+
+
+@pytest.mark.django_db
+def test_command_names_bad_arguments():
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="no project"):
+        call_command("summarize_traces", "--project", "absent")
