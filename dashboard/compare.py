@@ -126,7 +126,7 @@ def compare_rows(a: WindowStats, b: WindowStats) -> list[CompareRow]:
 
     rows = [
         CompareRow("Traffic", "Requests", a.requests, b.requests, "", None, 0),
-        CompareRow("Traffic", "Throughput (RPS)", a.rps, b.rps, "/s", False, 3),
+        CompareRow("Traffic", "Throughput (RPS)", a.rps, b.rps, "/s", False, 4),
         CompareRow("Traffic", "Output tokens/s", a.output_tps, b.output_tps, "/s", False, 2),
         CompareRow("Traffic", "Error rate", pct(a.error_rate), pct(b.error_rate), "%", True, 2),
     ]

@@ -30,8 +30,10 @@ def _time_layout(title: str, start: datetime, end: datetime, ytitle: str, **extr
 
 def _line(fig: go.Figure, *, x, y, name: str, **kwargs) -> None:
     # connectgaps False: a missing sample is a gap, never a line drawn through it (DOMAIN.md).
-    fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines+markers", marker={"size": 3},
-                             connectgaps=False, **kwargs))
+    # Markers, so a lone sample between gaps is still visible; a legend even for one device, so
+    # the chart always says whose line it is.
+    fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines+markers", marker={"size": 5},
+                             connectgaps=False, showlegend=True, **kwargs))
 
 
 def _device_figure(series: ResourceSeries, devices: list[DeviceSeries], metric: str, *, title: str,
