@@ -89,7 +89,8 @@ class SpanView:
     child_count: int
     orphan: bool  # its parent id is set, but no such span arrived
     extra_root: bool  # a second span without a parent (the first, longest one is the root)
-    critical_ns: int  # time of this span on the critical path (0: not on it)
+    critical_ns: int  # this span's own time on the critical path
+    on_critical_path: bool  # its own time or a descendant's is on the critical path
     skew_note: str  # "starts 12.0 ms before its parent" etc. ('' if inside its parent)
 
     def as_json(self) -> dict:
@@ -155,6 +156,11 @@ def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict]) -> T
     critical: dict[str, int] = {}
     for span_id, lo, hi in path:
         critical[span_id] = critical.get(span_id, 0) + (hi - lo)
+    on_path: set[str] = set()
+    for span_id in critical:  # a span whose descendant is on the path is on it too
+        while span_id and span_id not in on_path and span_id in tree.spans:
+            on_path.add(span_id)
+            span_id = str(tree.spans[span_id].get("parent_span_id") or "")
     orphans = set(tree.orphans)
     extra_roots = sorted((sid for sid, s in tree.spans.items() if not s.get("parent_span_id") and sid != tree.root),
                          key=lambda sid: (int(tree.spans[sid]["start_ns"]), sid))
@@ -180,7 +186,8 @@ def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict]) -> T
             events=[{"time_ns": int(t), "name": n, "attributes": dict(a)} for t, n, a in
                     zip(span.get("event_ns") or [], span.get("event_names") or [], span.get("event_attributes") or [])],
             depth=depth, self_ns=self_ns, child_count=len(kids), orphan=span_id in orphans,
-            extra_root=span_id in extra_roots, critical_ns=critical.get(span_id, 0), skew_note=_skew_note(span, parent),
+            extra_root=span_id in extra_roots, critical_ns=critical.get(span_id, 0),
+            on_critical_path=span_id in on_path, skew_note=_skew_note(span, parent),
         ))
         stack.extend((kid, depth + 1) for kid in reversed(kids))
     return TraceDetail(project_id=project_id, trace_id=trace_id, summary=summary, spans=views,

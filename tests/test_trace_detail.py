@@ -112,6 +112,24 @@ def test_orphans_extra_roots_and_clock_skew_are_kept_and_marked(project_with_key
     assert detail.summary.e2e_ns == 100 * MS and detail.summary.has_root
 
 
+def test_critical_path_marks_spans_through_their_children_and_skips_parallel_ones(project_with_key):
+    project, _ = project_with_key()
+    tid, root, a, a1, b = trace_id(), span_id(), span_id(), span_id(), span_id()
+    start = time.time_ns() - 10_000_000_000
+
+    def sp(sid, parent, name, at, dur):
+        return {"trace_id": tid, "span_id": sid, "parent_span_id": parent, "name": name, "phase": "network",
+                "service": "api", "start_time": start + at * MS, "duration_ms": dur}
+
+    seed([sp(root, None, "root", 0, 100), sp(a, root, "a", 0, 80), sp(a1, a, "a1", 0, 80), sp(b, root, "b", 10, 40)],
+         project_id=project.pk)
+    by_name = _by_name(trace_get(project_id=project.pk, trace_id=tid))
+    assert by_name["a1"].critical_ns == 80 * MS and by_name["a1"].on_critical_path
+    assert by_name["a"].critical_ns == 0 and by_name["a"].on_critical_path  # through its child
+    assert by_name["root"].critical_ns == 20 * MS
+    assert by_name["b"].critical_ns == 0 and not by_name["b"].on_critical_path  # ran in parallel, finished first
+
+
 def _client(client, user):
     client.force_login(user)
     return client

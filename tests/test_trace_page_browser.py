@@ -133,6 +133,7 @@ def test_waterfall_collapse_select_deep_link_and_zoom(page, asgi_server, make_us
     expect(page.locator(".wf-row.selected")).to_have_attribute("data-span-id", ids["search"])
     expect(detail.locator(".wf-detail-name")).to_have_text("search backend")
     expect(detail.locator("table.attributes")).to_contain_text("select 1")
+    expect(detail.locator("table.facts")).to_contain_text("150.0 ms of its own time")
     page.screenshot(path=str(ARTIFACTS / "trace-page.png"), full_page=True)
     assert page.watch.page_errors == [] and page.watch.dialogs == []
 

@@ -154,7 +154,7 @@
     const cls = ["wf-row"];
     if (s.status === "error") cls.push("is-error");
     if (s.orphan || s.extra_root) cls.push("is-orphan");
-    if (critical.has(i)) cls.push("is-critical");
+    if (s.on_critical_path) cls.push("is-critical");
     if (i === selected) cls.push("selected");
     if (matchSet.has(i)) cls.push("match");
     if (matchPos >= 0 && matches[matchPos] === i) cls.push("match-current");
@@ -396,7 +396,8 @@
     const facts = {
       "span id": s.span_id, "parent": s.parent_span_id || "(none: root)", "service": s.service, "phase": s.phase,
       "model": s.model || "—", "start": "+" + fmtMs(s.start_ns - t0), "duration": fmtMs(s.duration_ns),
-      "self time": fmtMs(s.self_ns), "on critical path": s.critical_ns ? fmtMs(s.critical_ns) : "no",
+      "self time": fmtMs(s.self_ns),
+      "critical path": s.critical_ns ? fmtMs(s.critical_ns) + " of its own time" : (s.on_critical_path ? "on it, through its children" : "no"),
     };
     if (s.ttft_ns !== null) facts["TTFT"] = fmtMs(s.ttft_ns);
     if (s.input_tokens || s.output_tokens) facts["tokens in / out"] = s.input_tokens + " / " + s.output_tokens;
