@@ -15,15 +15,15 @@ from store import get_store
 from tracedash_sdk.loadtest import LoadTest, RequestMix, StepPlan, Target
 
 SATURATING = dict(queue_delay_ms=0.0, prefill_ms=52.5, prefill_ms_per_token=0.0, decode_ms_per_token=2.5,
-                  capacity=8, load_slowdown=0.0, jitter=0.0)
+                  capacity=4, load_slowdown=0.0, jitter=0.0)
 EVIL = '<script>alert("x")</script>'
 
 
 @pytest.fixture(scope="module")
 def step_report():
-    """A real step test report: 100 ms requests on 8 slots (80 rps), steps of 15 qps, 1.5 s each."""
+    """A real step test report: 100 ms requests on 4 slots (40 rps), steps of 7.5 qps, 1.5 s each."""
     with serve(SimulatorConfig(**SATURATING)) as sim:
-        return LoadTest(target=Target(sim.base_url), plan=StepPlan(75.0, 1.5), drain_timeout=1.0,
+        return LoadTest(target=Target(sim.base_url), plan=StepPlan(37.5, 1.5), drain_timeout=1.0,
                         mix=RequestMix.single(model="sim-gpt", max_tokens=20)).run()
 
 
@@ -81,7 +81,7 @@ def test_burst_report_page_marks_the_recovery(client, make_user, project_with_ke
     from tracedash_sdk.loadtest import BurstPlan
 
     with serve(SimulatorConfig(**SATURATING)) as sim:
-        report = LoadTest(target=Target(sim.base_url), plan=BurstPlan(40.0, baseline_s=1.0, ramp_s=0.5, hold_s=1.0,
+        report = LoadTest(target=Target(sim.base_url), plan=BurstPlan(20.0, baseline_s=1.0, ramp_s=0.5, hold_s=1.0,
                                                                       recover_s=3.0), window=0.25,
                           mix=RequestMix.single(model="sim-gpt", max_tokens=20)).run()
     assert report["burst"]["recovered"]

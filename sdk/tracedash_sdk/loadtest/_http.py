@@ -77,13 +77,20 @@ class ConnectionPool:
 
             self._ssl = ssl.create_default_context()
 
-    async def acquire(self) -> _Conn:
+    def take_idle(self) -> Optional[_Conn]:
+        """An idle keep-alive connection that still looks open, or None (never waits)."""
         idle = self._idle
         while idle:
             conn = idle.pop()
             if not conn.reader.at_eof() and not conn.writer.is_closing():
                 return conn
             conn.close()
+        return None
+
+    async def acquire(self) -> _Conn:
+        conn = self.take_idle()
+        if conn is not None:
+            return conn
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(self.target.host, self.target.port, ssl=self._ssl, limit=MAX_HEADER_BYTES * 4),
             self.connect_timeout)
@@ -235,19 +242,32 @@ def _error_text(data) -> str:
     return json.dumps(data)[:500]
 
 
-async def chat_completion(pool: ConnectionPool, body: bytes, *, stream: bool, clock: Callable[[], float],
-                          on_sent: Optional[Callable[[], None]] = None,
-                          on_first_token: Optional[Callable[[], None]] = None) -> ChatOutcome:
-    """POST one chat completion; fills a :class:`ChatOutcome`. Network and protocol failures are
-    raised (``OSError``, ``HttpError``, ``asyncio.IncompleteReadError``); HTTP errors are returned
-    with ``status`` and ``error`` set."""
-    outcome = ChatOutcome()
-    conn = await pool.acquire()
-    reusable = False
-    try:
-        if on_sent is not None:
-            on_sent()
+def send_now(pool: ConnectionPool, body: bytes) -> Optional[_Conn]:
+    """Write the request at once on an idle keep-alive connection (no await, so no event-loop turn
+    between the planned moment and the send); None when every connection is busy."""
+    conn = pool.take_idle()
+    if conn is not None:
         conn.writer.write(pool.target.request_bytes(body))
+    return conn
+
+
+async def chat_completion(pool: ConnectionPool, body: bytes, *, stream: bool, clock: Callable[[], float],
+                          sent_on: Optional[_Conn] = None, on_sent: Optional[Callable[[], None]] = None,
+                          on_first_token: Optional[Callable[[], None]] = None) -> ChatOutcome:
+    """POST one chat completion (or read the answer to one already written on ``sent_on`` by
+    :func:`send_now`); fills a :class:`ChatOutcome`. Network and protocol failures are raised
+    (``OSError``, ``HttpError``, ``asyncio.IncompleteReadError``); HTTP errors are returned with
+    ``status`` and ``error`` set."""
+    outcome = ChatOutcome()
+    conn = sent_on
+    reusable = False
+    if conn is None:
+        conn = await pool.acquire()
+    try:
+        if sent_on is None:
+            if on_sent is not None:
+                on_sent()
+            conn.writer.write(pool.target.request_bytes(body))
         head = await conn.reader.readuntil(b"\r\n\r\n")
         status, headers = _parse_head(head[:-4])
         outcome.status = status

@@ -28,7 +28,7 @@ class Result:
     """One request: times are seconds from the run start (``sent``/``first``/``end`` None until known)."""
 
     __slots__ = ("step", "planned", "sent", "first", "end", "status", "error", "output_tokens", "input_tokens",
-                 "scenario", "model", "stream")
+                 "scenario", "model", "stream", "timed_out")
 
     def __init__(self, step: int, planned: float, scenario: str, model: str, stream: bool = True):
         self.step, self.planned, self.scenario, self.model, self.stream = step, planned, scenario, model, stream
@@ -39,6 +39,7 @@ class Result:
         self.error: Optional[str] = None
         self.output_tokens = 0
         self.input_tokens: Optional[int] = None
+        self.timed_out = False
 
     @property
     def ok(self) -> bool:

@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional, TextIO
 
-from ._http import ConnectionPool, HttpError, Target, chat_completion
+from ._http import ConnectionPool, HttpError, Target, chat_completion, send_now
 from ._plan import ArrivalClock, BurstPlan, Plan, Segment
 from ._report import REPORT_VERSION, KneeRule, Result, burst_recovery, summarize, timeline
 from ._scenario import RequestMix
@@ -125,10 +125,16 @@ class LoadTest:
                     await asyncio.sleep(delay)
                 scenario, model, body = mix.next()
                 result = Result(seg.index, t, scenario.name, model, scenario.stream)
+                spans = self._spans(result)
+                # Sent from here, on an idle connection, without an event-loop turn in between; the
+                # task only reads the answer. With no idle connection the task opens one and sends.
+                conn = send_now(self.pool, body)
+                if conn is not None:
+                    result.sent = loop.time() - t0
                 self.results.append(result)
                 bucket.append(result)
                 seg.planned += 1
-                task = loop.create_task(self._one(result, body))
+                task = loop.create_task(self._one(result, body, conn, spans))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             delay = t0 + seg.end - loop.time()
@@ -139,40 +145,47 @@ class LoadTest:
                 self.stopped_reason = "knee"
                 break
 
-    async def _one(self, r: Result, body: bytes) -> None:
+    def _spans(self, r: Result):
+        tracer = self.tracer
+        if tracer is None:
+            return None
+        root = tracer.span("loadtest request", attributes={
+            "loadtest.run_id": self.run_id, "loadtest.step": r.step, "loadtest.test_type": self.plan.test_type,
+            "loadtest.scenario": r.scenario, "loadtest.planned_offset_s": round(r.planned, 6)}, parent=None)
+        call = tracer.span(f"chat {r.model}", phase="inference", model=r.model, parent=root, attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": r.model, "gen_ai.request.stream": r.stream,
+            "loadtest.run_id": self.run_id, "loadtest.step": r.step})
+        return root, call
+
+    def _time_out(self, r: Result, task: "asyncio.Task") -> None:
+        r.timed_out = True
+        task.cancel()
+
+    async def _one(self, r: Result, body: bytes, conn, spans) -> None:
         loop = self._loop
         t0 = self._t0
-        tracer = self.tracer
-        root = call = None
-        if tracer is not None:
-            root = tracer.span("loadtest request", attributes={
-                "loadtest.run_id": self.run_id, "loadtest.step": r.step, "loadtest.test_type": self.plan.test_type,
-                "loadtest.scenario": r.scenario, "loadtest.planned_offset_s": round(r.planned, 6)}, parent=None)
-            call = tracer.span(f"chat {r.model}", phase="inference", model=r.model, parent=root, attributes={
-                "gen_ai.operation.name": "chat", "gen_ai.request.model": r.model, "gen_ai.request.stream": r.stream,
-                "loadtest.run_id": self.run_id, "loadtest.step": r.step})
+        root, call = spans if spans is not None else (None, None)
 
         def on_sent() -> None:
             r.sent = loop.time() - t0
 
-        on_first = call.mark_first_token if call is not None else None
+        timer = loop.call_later(self.timeout, self._time_out, r, asyncio.current_task())
         try:
-            outcome = await asyncio.wait_for(
-                chat_completion(self.pool, body, stream=r.stream, clock=loop.time, on_sent=on_sent,
-                                on_first_token=on_first), self.timeout)
+            outcome = await chat_completion(self.pool, body, stream=r.stream, clock=loop.time, sent_on=conn,
+                                            on_sent=on_sent,
+                                            on_first_token=call.mark_first_token if call is not None else None)
             r.status = outcome.status
             r.error = outcome.error
             r.output_tokens = outcome.usage_output_tokens if outcome.usage_output_tokens is not None else outcome.output_tokens
             r.input_tokens = outcome.input_tokens
             if outcome.first_token is not None:
                 r.first = outcome.first_token - t0
-        except asyncio.TimeoutError:
-            r.error = f"timeout: no complete answer within {self.timeout:g} s"
         except asyncio.CancelledError:
-            r.error = UNFINISHED
+            r.error = f"timeout: no complete answer within {self.timeout:g} s" if r.timed_out else UNFINISHED
         except (OSError, HttpError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
             r.error = f"{type(exc).__name__}: {exc}"[:300]
         finally:
+            timer.cancel()
             now = loop.time() - t0
             if r.sent is None:
                 r.sent = now

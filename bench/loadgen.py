@@ -1,0 +1,136 @@
+"""How much load the open-loop generator (tracedash_sdk.loadtest) drives from one process, and how
+well it keeps its schedule.
+
+    .venv/bin/python bench/loadgen.py [--qps 300,500] [--duration 20] [--trace memory|none] [--json PATH]
+
+The target is the LLM simulator (demo.simulator) in a separate process (so the two do not share a
+GIL) with every delay 0: each request is a streamed chat completion of exactly 20 output tokens
+(``max_tokens: 20``; the simulator coalesces due tokens, so a stream is a couple of writes of 22
+SSE events). For each rate the generator runs a constant open-loop test of ``--duration`` seconds
+and prints: achieved completions/s, errors, its own scheduling error (actual send time - planned
+send time) p50/p99/max, E2E latency, and the generator process's CPU use. With ``--trace memory``
+(the default) every request is also a trace of two spans (root + inference with TTFT and tokens)
+kept by an in-memory exporter, so the figure includes the SDK's span work.
+
+Done when (issue 8): >= 300 requests/s with scheduling error p99 < 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "sdk")]
+
+import tracedash_sdk as td  # noqa: E402
+from bench.common import free_port  # noqa: E402
+from tracedash_sdk.loadtest import ConstantPlan, LoadTest, RequestMix, Target, percentile  # noqa: E402
+
+TOKENS = 20
+
+
+def start_simulator() -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "demo.simulator", "--instant", "--port", str(port),
+                             "--log-level", "warning"], cwd=ROOT, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                return proc, f"http://127.0.0.1:{port}/v1"
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise SystemExit("the simulator did not start")
+            time.sleep(0.1)
+
+
+def timer_jitter(qps: float, seconds: float = 5.0) -> dict:
+    """The machine's own floor: lateness of a bare asyncio sleep loop at the same rate, no requests.
+    On a shared, busy machine this (not the generator) is what bounds the scheduling error."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        lags = []
+        for i in range(int(qps * seconds)):
+            delay = t0 + i / qps - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            lags.append(loop.time() - (t0 + i / qps))
+        return sorted(lags)
+
+    lags = asyncio.run(run())
+    return {"p50": round(percentile(lags, 50) * 1000, 3), "p99": round(percentile(lags, 99) * 1000, 3),
+            "max": round(lags[-1] * 1000, 3)}
+
+
+def one_rate(base_url: str, qps: float, duration: float, trace: str) -> dict:
+    tracer = td.Tracer(exporter=td.InMemoryExporter(), service="loadtest") if trace == "memory" else None
+    test = LoadTest(target=Target(base_url), plan=ConstantPlan(qps, duration),
+                    mix=RequestMix.single(model="sim-gpt", max_tokens=TOKENS), tracer=tracer,
+                    warm_connections=min(64, int(qps // 10) + 8), drain_timeout=10.0,
+                    progress=sys.stderr, progress_interval=5.0)
+    cpu0 = time.process_time()
+    report = test.run()
+    cpu = time.process_time() - cpu0
+    totals = report["totals"]
+    full = [r for r in test.results if r.ok and r.output_tokens == TOKENS]
+    spans = len(tracer.exporter.spans) if tracer is not None else 0
+    return {
+        "qps": qps, "duration_s": duration, "trace": trace,
+        "planned": totals["planned"], "ok": totals["ok"], "errors": totals["errors"],
+        "unfinished": totals["unfinished"], "with_20_tokens": len(full),
+        "achieved_rps": totals["achieved_rps"],
+        "lag_ms": totals["schedule_lag_ms"], "e2e_ms": totals["e2e_ms"], "ttft_ms": totals["ttft_ms"],
+        "cpu_s": round(cpu, 2), "cpu_percent_of_one_core": round(100 * cpu / report["wall_s"], 1),
+        "spans": spans, "connections": report["config"]["connections_opened"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--qps", default="300", help="comma-separated rates [300]")
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--trace", choices=("memory", "none"), default="memory")
+    parser.add_argument("--json", dest="json_path")
+    args = parser.parse_args()
+    rates = [float(x) for x in args.qps.split(",") if x]
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    proc, base_url = start_simulator()
+    results = []
+    try:
+        for qps in rates:
+            floor = timer_jitter(qps)
+            print(f"machine timer floor at {qps:g}/s (bare asyncio sleep loop, no requests, 5 s): lateness "
+                  f"p50 {floor['p50']:.2f} ms, p99 {floor['p99']:.2f} ms, max {floor['max']:.2f} ms; "
+                  f"load average {os.getloadavg()[0]:.2f}", flush=True)
+            r = one_rate(base_url, qps, args.duration, args.trace)
+            r["timer_floor_ms"] = floor
+            results.append(r)
+            ok = r["achieved_rps"] >= 300 * min(1.0, qps / 300) * 0.99 and r["errors"] == 0 and r["lag_ms"]["p99"] < 5
+            print(f"qps {qps:g} for {args.duration:g}s (trace={args.trace}): {r['ok']}/{r['planned']} ok "
+                  f"({r['with_20_tokens']} with 20 tokens), {r['errors']} errors, achieved {r['achieved_rps']:.1f} rps; "
+                  f"schedule error p50 {r['lag_ms']['p50']:.2f} ms, p99 {r['lag_ms']['p99']:.2f} ms, "
+                  f"max {r['lag_ms']['max']:.2f} ms; E2E p50 {r['e2e_ms']['p50']:.2f} ms, p99 {r['e2e_ms']['p99']:.2f} ms; "
+                  f"generator CPU {r['cpu_percent_of_one_core']:.0f} % of a core; {r['connections']} connections"
+                  + (f"; {r['spans']} spans" if args.trace == "memory" else "")
+                  + (" — PASS" if ok and qps >= 300 else ""), flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
