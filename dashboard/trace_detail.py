@@ -96,6 +96,12 @@ class SpanView:
     def as_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
+    def as_row(self) -> list:
+        return [getattr(self, k) for k in SPAN_FIELDS]
+
+
+SPAN_FIELDS = tuple(SpanView.__dataclass_fields__)
+
 
 @dataclass
 class TraceDetail:
@@ -215,8 +221,14 @@ def summary_json(summary: TraceSummary) -> dict:
     }
 
 
-def trace_json(detail: TraceDetail) -> dict:
-    """The JSON of ``GET /api/v1/traces/<id>`` (and the trace page's data): times in integer ns."""
+def trace_json(detail: TraceDetail, *, columnar: bool = False) -> dict:
+    """The JSON of ``GET /api/v1/traces/<id>`` (and the trace page's data): times in integer ns.
+
+    ``columnar``: spans as ``{"fields": [...], "rows": [[...], ...]}`` instead of one object per
+    span, a third of the size (the page embeds it: a 10,000-span trace is ~2 MB instead of ~6 MB).
+    """
+    spans = ({"fields": list(SPAN_FIELDS), "rows": [s.as_row() for s in detail.spans]} if columnar
+             else [s.as_json() for s in detail.spans])
     return {
         "trace_id": detail.trace_id,
         "project_id": detail.project_id,
@@ -224,7 +236,7 @@ def trace_json(detail: TraceDetail) -> dict:
         "phases": detail.phases(),
         "flags": detail.flags,
         "critical_path": [{"span_id": s, "start_ns": lo, "end_ns": hi} for s, lo, hi in detail.critical_path],
-        "spans": [s.as_json() for s in detail.spans],
+        "spans": spans,
     }
 
 

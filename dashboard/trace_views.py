@@ -74,7 +74,7 @@ def trace_page(request, trace_id: str):
         raise Http404("No such trace in your projects")
     return render(request, "dashboard/trace.html", {
         "trace_id": trace_id, "trace_project": project, "header": _header(detail),
-        "trace_data": trace_detail.trace_json(detail), "phase_colors": PHASE_COLORS,
+        "trace_data": trace_detail.trace_json(detail, columnar=True), "phase_colors": PHASE_COLORS,
     })
 
 
@@ -105,7 +105,8 @@ def trace_api(request, trace_id: str):
             raise ApiError(404, "not_found", f"no trace {trace_id} in this project")
     except ApiError as exc:
         return exc.response()
-    return JsonResponse(trace_detail.trace_json(detail))
+    columnar = request.GET.get("spans") == "columns"
+    return JsonResponse(trace_detail.trace_json(detail, columnar=columnar))
 
 
 _FIGURE_LABELS = {

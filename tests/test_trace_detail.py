@@ -150,6 +150,9 @@ def test_api_by_key_and_by_session_is_scoped(client, make_user, project_with_key
     assert {p["phase"] for p in body["phases"]} == {"network", "preprocess", "inference", "postprocess", "other"}
     assert body["critical_path"][-1]["span_id"] == body["spans"][0]["span_id"]  # the root's own last 40 ms
 
+    columns = client.get(url + "?spans=columns", HTTP_AUTHORIZATION=f"Bearer {my_key}").json()["spans"]
+    assert [dict(zip(columns["fields"], row)) for row in columns["rows"]] == body["spans"]
+
     other = client.get(url, HTTP_AUTHORIZATION=f"Bearer {their_key}")
     assert other.status_code == 404 and other.json()["error"]["code"] == "not_found"
     assert client.get(url).status_code == 401  # no key, no session

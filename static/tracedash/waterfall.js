@@ -12,7 +12,12 @@
   if (!dataEl) return;
   const data = JSON.parse(dataEl.textContent);
   const COLORS = JSON.parse(document.getElementById("phase-colors").textContent);
-  const spans = data.spans;
+  // The page embeds spans column-wise ({fields, rows}); rebuild one object per span.
+  const spans = Array.isArray(data.spans) ? data.spans : data.spans.rows.map((row) => {
+    const span = {};
+    data.spans.fields.forEach((f, k) => { span[f] = row[k]; });
+    return span;
+  });
   const n = spans.length;
   const ROW_H = 24;
   const OVERSCAN = 10;
