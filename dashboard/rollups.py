@@ -13,8 +13,9 @@ from ``traces``), so a page switches by its import. Each read picks its tables b
 Windows are whole minutes: a bucket counts when its start lies in [start rounded down to the
 minute, end). Percentiles come from the rollups' log-bucket histograms: the value shown is the
 representative of the bucket that holds the nearest-rank percentile (the ⌈q·n⌉-th smallest
-value), within 0.5 % of it (``HIST_GAMMA`` = 1.01). A phase's percentiles are over every request
-(a request without that phase spent 0 in it); TTFT's and TPOT's over the requests that have one.
+value), within 0.5 % of it (``HIST_GAMMA`` = 1.01). A phase's percentiles are over the requests
+that spent time in it (as in ``panel_selectors``); TTFT's and TPOT's over the requests that have
+one; the mean phase times (the stacked breakdown) over every request.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ _SUM_COLUMNS = ("requests", "errors", "e2e_sum_ns", "input_tokens", "output_toke
                 "cost_estimated_requests", "ttft_count", "tpot_count", *(f"{p}_sum_ns" for p in PHASES))
 _HISTS = ("e2e", "ttft", "tpot", *PHASES)
 _AGGREGATES = ",\n    ".join([f"sum({c}) AS s_{c}" for c in _SUM_COLUMNS]
-                             + [f"{_quantiles_sql(f'{h}_hist')} AS q_{h}" for h in _HISTS])
+                             + [f"{_quantiles_sql(f'{h}_hist')} AS q_{h}" for h in _HISTS]
+                             + [f"arraySum(mapValues(sumMap({p}_hist))) AS n_{p}" for p in PHASES])
 _COLUMNS = ", ".join(("bucket", "model", *_SUM_COLUMNS, *(f"{h}_hist" for h in _HISTS)))
 
 
@@ -119,7 +121,7 @@ def _stats(r: dict, seconds: float) -> WindowStats:
         cost_estimated=int(r["s_cost_estimated_requests"]),
         e2e_ms=_ms(r["q_e2e"], n), ttft_ms=_ms(r["q_ttft"], int(r["s_ttft_count"])),
         tpot_ms=_ms(r["q_tpot"], int(r["s_tpot_count"])),
-        phase_ms={p: _ms(r[f"q_{p}"], n) for p in PHASES},
+        phase_ms={p: _ms(r[f"q_{p}"], int(r[f"n_{p}"])) for p in PHASES},
         phase_mean_ms={p: (int(r[f"s_{p}_sum_ns"]) / n / 1e6 if n else None) for p in PHASES},
         e2e_mean_ms=int(r["s_e2e_sum_ns"]) / n / 1e6 if n else None,
     )

@@ -17,7 +17,7 @@ QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
 
 def random_trace(rng: random.Random, *, start_ns: int, service: str = "chat-api", model: str = "gpt-4o-mini",
-                 error: bool = False) -> list[dict]:
+                 error: bool = False, network: bool = True) -> list[dict]:
     """Root + network, preprocess, inference (streamed: TTFT, tokens, cost), postprocess, with
     log-normal durations so percentiles are spread like real latency."""
     tid = "%032x" % rng.getrandbits(128)
@@ -25,6 +25,8 @@ def random_trace(rng: random.Random, *, start_ns: int, service: str = "chat-api"
     durations = {"network": rng.lognormvariate(math.log(60), 0.5), "preprocess": rng.lognormvariate(math.log(40), 0.6),
                  "inference": rng.lognormvariate(math.log(700), 0.7), "postprocess": rng.lognormvariate(math.log(25), 0.5)}
     spans, offset = [], rng.uniform(0, 5)
+    if not network:
+        del durations["network"]
     for phase, ms in durations.items():
         span = {"trace_id": tid, "span_id": "%016x" % rng.getrandbits(64), "parent_span_id": root, "name": phase,
                 "phase": phase, "service": service, "start_time": start_ns + int(offset * MS), "duration_ms": round(ms, 3)}
@@ -80,7 +82,8 @@ def exact_from_spans(project_id: int, *, start_ns: int, end_ns: int, service: st
         if s.tpot_ns is not None:
             out["tpot"].append(s.tpot_ns)
         for p in PHASES:
-            out[p].append(s.phase_ns[p])
+            if s.phase_ns[p] > 0:  # a phase's percentiles are over the requests that spent time in it
+                out[p].append(s.phase_ns[p])
     return out
 
 

@@ -66,7 +66,8 @@ def seeded(project_with_key):
     spans = []
     for _ in range(1200):
         spans += random_trace(rng, start_ns=rng.randrange(start, end), service=rng.choice(["chat-api", "search"]),
-                              model=rng.choice(["gpt-4o-mini", "llama-3-70b"]), error=rng.random() < 0.05)
+                              model=rng.choice(["gpt-4o-mini", "llama-3-70b"]), error=rng.random() < 0.05,
+                              network=rng.random() < 0.9)
     insert_spans(project.pk, spans)
     run_tasks(project.pk)
     return project, start, end

@@ -1,0 +1,206 @@
+"""Panel-query scenarios for bench/query.py: the reads behind the overview, costs and compare
+pages, served from the rollups (``dashboard.rollups``), and the accuracy of the percentiles they
+show against exact ones over the raw spans.
+
+Before the first scenario the rollups of the loaded data are built once (bench/load_spans.py
+writes spans and summaries; this runs ``rollups_rebuild`` over their whole range, with progress),
+unless they already cover it. The accuracy check prints, for the last 24 hours and the last 30
+days, P95/P99 of end-to-end latency and TTFT computed exactly from the raw spans (deduplicated;
+the E2E of a trace is its root span's duration, its TTFT that of its first model call with one;
+nearest-rank: the ⌈q·n⌉-th smallest) beside the value the rollups show, with the error in %.
+The target is 1 %.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+
+from bench.query_traces import PROJECT_ID, Scenario
+
+NS = 1_000_000_000
+ACCURACY_TARGET = 0.01
+_built: dict = {}
+
+
+def _utc(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / NS, tz=timezone.utc)
+
+
+def _ensure_rollups(store) -> dict:
+    """Build the rollups once if they do not cover the loaded summaries; returns the data's range."""
+    if _built:
+        return _built
+    lo, hi, traces_version = store.query(
+        "SELECT toUnixTimestamp64Nano(min(start_time)), toUnixTimestamp64Nano(max(start_time)), max(version)"
+        " FROM traces WHERE project_id = {p:UInt64}", {"p": PROJECT_ID}, tag="bench.panels.range").rows[0]
+    lo, hi = int(lo), int(hi)
+    rollup_version, days = store.query(
+        "SELECT max(version), uniqExact(bucket) FROM rollup_day WHERE project_id = {p:UInt64}",
+        {"p": PROJECT_ID}, tag="bench.panels.rollups").rows[0]
+    if int(rollup_version or 0) < int(traces_version):
+        from dashboard.rollup_services import rollups_rebuild
+
+        started = time.monotonic()
+
+        def progress(done: int, total: int) -> None:
+            width = 30
+            sys.stderr.write(f"\rbuilding rollups [{'#' * (width * done // total)}{'.' * (width - width * done // total)}]"
+                             f" day {done}/{total}  {time.monotonic() - started:5.1f} s")
+            sys.stderr.flush()
+
+        minutes = rollups_rebuild(project_id=PROJECT_ID, from_ns=lo, to_ns=hi + 1, progress=progress)
+        sys.stderr.write("\n")
+        print(f"rollups built: {minutes:,} minutes (and their hours and days) in {time.monotonic() - started:.1f} s")
+    _built.update(lo=lo, hi=hi + 1)
+    return _built
+
+
+def _window(store, hours: float) -> dict:
+    data = _ensure_rollups(store)
+    return {"end": data["hi"], "start": data["hi"] - int(hours * 3600 * NS)}
+
+
+def _shift(state: dict, i: int) -> tuple[datetime, datetime]:
+    """The window moved back by i minutes, so runs do not repeat one query exactly."""
+    delta = i * 60 * NS
+    return _utc(state["start"] - delta), _utc(state["end"] - delta)
+
+
+def _overview(state: dict, i: int) -> int:
+    """What the overview page reads: KPIs of the window and the previous one, series, heatmap."""
+    from dashboard import rollups
+
+    start, end = _shift(state, i)
+    args = {"project_id": PROJECT_ID, "start": start, "end": end}
+    now = rollups.window_stats(**args)
+    rollups.window_stats(project_id=PROJECT_ID, start=start - (end - start), end=start)
+    series = rollups.window_series(**args)
+    rollups.latency_heatmap(**args)
+    return now.requests + len(series.times)
+
+
+def _costs(state: dict, i: int) -> int:
+    from dashboard import rollups
+
+    start, end = _shift(state, i)
+    args = {"project_id": PROJECT_ID, "start": start, "end": end}
+    now = rollups.window_stats(**args)
+    spend = rollups.spend_by_model(**args)
+    rollups.spend_projection(project_id=PROJECT_ID, now=end)
+    return now.requests + len(spend.cost_by_model)
+
+
+def _compare_windows(state: dict, i: int) -> int:
+    """This 7 days against the 7 before (before/after an optimisation)."""
+    from dashboard import rollups
+
+    start, end = _shift(state, i)
+    week = end - start
+    result = rollups.compare_windows(project_id=PROJECT_ID, a=(start - week, start), b=(start, end))
+    return result.a.requests + result.b.requests
+
+
+def _compare_models(state: dict, i: int) -> int:
+    from dashboard import rollups
+
+    start, end = _shift(state, i)
+    result = rollups.compare_models(project_id=PROJECT_ID, start=start, end=end, model_a="gpt-4o-mini", model_b="gpt-4o")
+    return result.a.requests + result.b.requests
+
+
+def _compare_attribute(state: dict, i: int) -> int:
+    """Two values of a root attribute (user.tier free vs pro): traces joined with their spans."""
+    from dashboard import rollups
+
+    start, end = _shift(state, i)
+    result = rollups.compare_attribute(project_id=PROJECT_ID, start=start, end=end, key="user.tier",
+                                       value_a="free", value_b="pro")
+    return result.a.requests + result.b.requests
+
+
+# --- accuracy: exact over raw spans vs shown ---------------------------------------------------
+_EXACT_SQL = """
+SELECT
+    arraySort(groupArray(e2e)) AS e2e_sorted,
+    arraySort(groupArrayIf(assumeNotNull(ttft), ttft IS NOT NULL)) AS ttft_sorted
+FROM (
+    SELECT trace_id,
+        countIf(parent_span_id = '') > 0 AS has_root,
+        argMaxIf(toUnixTimestamp64Nano(start_time), duration_ns, parent_span_id = '') AS root_start,
+        maxIf(duration_ns, parent_span_id = '') AS e2e,
+        argMinIf(ttft_ns, (start_time, span_id), phase = 'inference' AND ttft_ns IS NOT NULL) AS ttft
+    FROM (SELECT trace_id, span_id, parent_span_id, phase, start_time, duration_ns, ttft_ns FROM spans WHERE project_id = {p:UInt64}
+            AND start_time >= fromUnixTimestamp64Nano({lo:Int64}) - toIntervalHour(1)
+            AND start_time < fromUnixTimestamp64Nano({hi:Int64}) + toIntervalHour(1)
+          ORDER BY ingested_at DESC LIMIT 1 BY trace_id, span_id)
+    GROUP BY trace_id
+    HAVING has_root AND root_start >= {lo:Int64} AND root_start < {hi:Int64}
+)
+"""
+
+
+def _nearest_rank(ordered: list, q: float) -> float | None:
+    if not ordered:
+        return None
+    import math
+
+    return float(ordered[max(1, math.ceil(q * len(ordered) - 1e-9)) - 1]) / 1e6
+
+
+def accuracy(store, *, hours: float) -> list[dict]:
+    """Exact P95/P99 of E2E and TTFT over the raw spans of the last ``hours`` against the
+    rollups' values; one row per figure with the error in %."""
+    from dashboard import rollups
+
+    state = _window(store, hours)
+    started = time.perf_counter()
+    row = store.query(_EXACT_SQL, {"p": PROJECT_ID, "lo": state["start"], "hi": state["end"]},
+                      tag="bench.panels.exact").dicts()[0]
+    exact_seconds = time.perf_counter() - started
+    shown = rollups.window_stats(project_id=PROJECT_ID, start=_utc(state["start"]), end=_utc(state["end"]))
+    out = []
+    for name, ordered, values in (("E2E", row["e2e_sorted"], shown.e2e_ms), ("TTFT", row["ttft_sorted"], shown.ttft_ms)):
+        for q in (0.95, 0.99):
+            exact = _nearest_rank(ordered, q)
+            error = None if not exact or values[q] is None else abs(values[q] - exact) / exact
+            out.append({"window": f"{hours:g} h" if hours < 48 else f"{hours / 24:g} d", "figure": f"{name} P{int(q * 100)}",
+                        "requests": len(row["e2e_sorted"]), "exact_ms": exact, "shown_ms": values[q],
+                        "error": error, "pass": error is not None and error <= ACCURACY_TARGET,
+                        "exact_query_s": exact_seconds})
+    return out
+
+
+def _accuracy_setup(store) -> dict:
+    rows = accuracy(store, hours=24) + accuracy(store, hours=24 * 30)
+    print("exact (raw spans) vs shown (rollups), target error ≤ 1 %:")
+    print(f"  {'window':<7} {'figure':<9} {'requests':>9} {'exact ms':>10} {'shown ms':>10} {'error':>8}  ")
+    for r in rows:
+        print(f"  {r['window']:<7} {r['figure']:<9} {r['requests']:>9,} {r['exact_ms']:>10.2f} {r['shown_ms']:>10.2f}"
+              f" {r['error']:>8.3%}  {'pass' if r['pass'] else 'FAIL'}")
+    print(f"  (the exact figures took {rows[0]['exact_query_s']:.2f} s and {rows[-1]['exact_query_s']:.2f} s to compute from raw spans)")
+    ACCURACY.extend(rows)
+    return _window(store, 24)
+
+
+ACCURACY: list[dict] = []
+
+
+def _shown_24h(state: dict, i: int) -> int:
+    from dashboard import rollups
+
+    start, end = _shift(state, i)
+    return rollups.window_stats(project_id=PROJECT_ID, start=start, end=end).requests
+
+
+SCENARIOS = [
+    Scenario("panels: exact vs shown P95/P99 (printed above); KPIs 24 h", None, None, _accuracy_setup, _shown_24h),
+    Scenario("overview 24 h (rollups: KPIs ×2, series, heatmap)", 150, None, lambda s: _window(s, 24), _overview),
+    Scenario("overview 30 d (rollups: KPIs ×2, series, heatmap)", 150, None, lambda s: _window(s, 24 * 30), _overview),
+    Scenario("costs 30 d (rollups: KPIs, spend per model, projection)", 150, None, lambda s: _window(s, 24 * 30), _costs),
+    Scenario("compare 7 d vs previous 7 d (rollups)", 300, None, lambda s: _window(s, 24 * 7), _compare_windows),
+    Scenario("compare two models, 7 d (rollups)", 300, None, lambda s: _window(s, 24 * 7), _compare_models),
+    Scenario("compare attribute user.tier free vs pro, 7 d (traces + spans)", 300, None, lambda s: _window(s, 24 * 7),
+             _compare_attribute),
+]
