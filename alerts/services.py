@@ -164,9 +164,19 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
                 report.errors[rule.pk] = message
         report.queries += 1
 
-    existing: dict[int, dict[str, AlertSeries]] = defaultdict(dict)
-    for s in AlertSeries.objects.filter(rule__in=[r.pk for r in rules if r.pk not in report.errors]):
-        existing[s.rule_id][s.key] = s
+    # Plain rows, not model instances: building thousands of instances each round costs more
+    # than the whole evaluation.
+    existing: dict[int, dict[str, _SeriesRow]] = defaultdict(dict)
+    for values in AlertSeries.objects.filter(rule__in=[r.pk for r in rules if r.pk not in report.errors]) \
+            .values_list(*_LOAD_FIELDS):
+        row = _SeriesRow(**dict(zip(_LOAD_FIELDS, values)))
+        existing[row.rule_id][row.key] = row
+    by_host: dict[tuple, dict[str, list]] = {}
+    for key, series_list in fetched.items():
+        index: dict[str, list] = defaultdict(list)
+        for one in series_list:
+            index[one.labels.get("host", "")].append(one)
+        by_host[key] = index
 
     creates, updates, deletes, events = [], [], [], []
     changed_projects: set[int] = set()
@@ -175,7 +185,9 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         if rule.pk in report.errors:
             continue
         spec = _spec(rule)
-        values = metrics.rule_values(rule, fetched[_fetch_key(rule)])
+        fetch_key = _fetch_key(rule)
+        candidates = by_host[fetch_key].get(rule.host, []) if rule.host else fetched[fetch_key]
+        values = metrics.rule_values(rule, candidates)
         mine = existing[rule.pk]
         for key in values.keys() | mine.keys():
             labels, value = values.get(key, (None, None))
@@ -195,7 +207,7 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
                 or (after.no_data and before.missing_since is None)
             if after.stale and after.state != FIRING and not new and transition is None and \
                     series.last_seen_at and now - series.last_seen_at >= timedelta(seconds=PRUNE_SECONDS):
-                deletes.append(series.pk)
+                deletes.append(series.id)
                 continue
             if not dirty:
                 continue
@@ -209,7 +221,7 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
                 report.transitions += 1
                 if transition.to_state in (RESOLVED, "inactive"):
                     series.acknowledged_at = None
-                    series.acknowledged_by = None
+                    series.acknowledged_by_id = None
                 events.append(AlertEvent(project_id=rule.project_id, rule=rule, series_key=key, labels=series.labels,
                                          from_state=transition.from_state, to_state=transition.to_state,
                                          value=after.value if not after.no_data else None,
@@ -220,8 +232,7 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         if creates:
             AlertSeries.objects.bulk_create(creates, batch_size=500)
         if updates:
-            AlertSeries.objects.bulk_update(updates, [*_STATE_FIELDS, "labels", "updated_at", "acknowledged_at",
-                                                      "acknowledged_by"], batch_size=500)
+            _series_update_many(updates)
         if deletes:
             AlertSeries.objects.filter(pk__in=deletes).delete()
         if events:
@@ -230,6 +241,31 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         report.notifications = _notifications_plan(rules, report.errors, now)
         if changed_projects:
             transaction.on_commit(lambda: _push_live(sorted(changed_projects)))
+
+
+_UPDATE_FIELDS = (*_STATE_FIELDS, "labels", "updated_at", "acknowledged_at", "acknowledged_by")
+_LOAD_FIELDS = ("id", "rule_id", "key", "labels", *_STATE_FIELDS, "acknowledged_at", "acknowledged_by_id", "updated_at")
+
+
+class _SeriesRow:
+    """An AlertSeries row as the round reads and writes it (attribute names = the model's attnames)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def _series_update_many(rows: list[_SeriesRow]) -> None:
+    """One prepared UPDATE by primary key, run for every row (executemany): Django's bulk_update
+    builds a CASE per field and row, which costs seconds for a few thousand series."""
+    from django.db import connection
+
+    fields = [AlertSeries._meta.get_field(name) for name in _UPDATE_FIELDS]
+    quote = connection.ops.quote_name
+    sql = (f"UPDATE {quote(AlertSeries._meta.db_table)} SET "
+           + ", ".join(f"{quote(f.column)} = %s" for f in fields) + f" WHERE {quote('id')} = %s")
+    params = [[f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields] + [row.id] for row in rows]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
 
 
 def _rules_health_save(rules: list[AlertRule], errors: dict[int, str], now: datetime) -> None:
