@@ -35,7 +35,7 @@ def throughput_figure(report: dict) -> dict:
     if knee:
         _knee_marker(fig, knee, knee["achieved_rps"])
         fig.add_hline(y=knee["capacity_rps"], line={"dash": "dot", "color": KNEE, "width": 1},
-                      annotation_text=f"capacity ≈ {knee['capacity_rps']:g} rps", annotation_position="top left")
+                      annotation_text=f"capacity ≈ {knee['capacity_rps']:.1f} rps", annotation_position="top left")
     return figure_dict(fig)
 
 

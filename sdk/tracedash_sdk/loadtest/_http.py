@@ -70,6 +70,7 @@ class ConnectionPool:
         self.target = target
         self.connect_timeout = connect_timeout
         self._idle: List[_Conn] = []
+        self._opening = 0
         self.opened = 0
         self._ssl = None
         if target.scheme == "https":
@@ -96,6 +97,25 @@ class ConnectionPool:
             self.connect_timeout)
         self.opened += 1
         return _Conn(reader, writer)
+
+    def keep_spare(self, n: int) -> None:
+        """Open connections in the background until ``n`` are idle or opening, so the next arrivals
+        find one ready and are sent on time even while the requests in flight keep growing."""
+        while len(self._idle) + self._opening < n:
+            self._opening += 1
+            asyncio.ensure_future(self._open_spare())
+
+    async def _open_spare(self) -> None:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.target.host, self.target.port, ssl=self._ssl,
+                                        limit=MAX_HEADER_BYTES * 4), self.connect_timeout)
+        except (OSError, asyncio.TimeoutError):
+            return  # the request that needs one will try, and report the failure
+        finally:
+            self._opening -= 1
+        self.opened += 1
+        self._idle.append(_Conn(reader, writer))
 
     def release(self, conn: _Conn, reusable: bool) -> None:
         if reusable:

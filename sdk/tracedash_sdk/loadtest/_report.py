@@ -171,11 +171,11 @@ class KneeRule:
             reasons = []
             offered, achieved = step["offered_qps"], step["achieved_rps"]
             if achieved < (1.0 - self.lag_tolerance) * offered:
-                reasons.append(f"achieved {achieved:g} rps < {(1 - self.lag_tolerance) * 100:g} % of offered "
-                               f"{offered:g} qps")
+                reasons.append(f"achieved {achieved:.1f} rps < {(1 - self.lag_tolerance) * 100:g} % of offered "
+                               f"{offered:.1f} qps")
             elif achieved <= previous["achieved_rps"]:
-                reasons.append(f"achieved {achieved:g} rps did not rise above the previous step's "
-                               f"{previous['achieved_rps']:g}")
+                reasons.append(f"achieved {achieved:.1f} rps did not rise above the previous step's "
+                               f"{previous['achieved_rps']:.1f}")
             p95 = step["e2e_ms"]["p95"] if step["e2e_ms"] else None
             if limit is not None and p95 is not None and p95 > limit:
                 reasons.append(f"P95 {p95:.1f} ms > limit {limit:.1f} ms")
@@ -301,8 +301,8 @@ def format_table(report: Dict[str, Any]) -> str:
     knee = report.get("knee")
     if report["test_type"] == "step":
         if knee:
-            lines.append(f"Knee at {knee['label']} (offered {knee['offered_qps']:g} qps): {'; '.join(knee['reasons'])}. "
-                         f"Capacity ~ {knee['capacity_rps']:g} rps; last good step {knee['last_good_qps']:g} qps.")
+            lines.append(f"Knee at {knee['label']}: {'; '.join(knee['reasons'])}. "
+                         f"Capacity ~ {knee['capacity_rps']:.1f} rps; last good step {knee['last_good_qps']:.1f} qps.")
         else:
             lines.append("No knee found: throughput kept rising up to the last step (raise --qps or --max-steps).")
     burst = report.get("burst")

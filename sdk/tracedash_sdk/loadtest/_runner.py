@@ -43,7 +43,7 @@ class LoadTest:
                  tracer: Any = None, timeout: float = 60.0, drain_timeout: float = 30.0, window: float = 1.0,
                  knee_rule: Optional[KneeRule] = None, arrivals: str = "uniform", seed: Optional[int] = None,
                  progress: Optional[TextIO] = None, progress_interval: Optional[float] = None,
-                 warm_connections: int = 0, metadata: Optional[Dict[str, Any]] = None):
+                 warm_connections: int = 0, spare_connections: int = 4, metadata: Optional[Dict[str, Any]] = None):
         if timeout <= 0 or drain_timeout < 0 or window <= 0:
             raise ValueError("timeout and window must be > 0, drain timeout >= 0")
         self.target, self.plan, self.mix = target, plan, mix
@@ -58,6 +58,7 @@ class LoadTest:
         self._tty = tty
         self.progress_interval = progress_interval if progress_interval is not None else (0.5 if tty else 5.0)
         self.warm_connections = warm_connections
+        self.spare_connections = spare_connections
         self.metadata = dict(metadata or {})
         self.results: List[Result] = []
         self.by_step: Dict[int, List[Result]] = collections.defaultdict(list)
@@ -113,6 +114,7 @@ class LoadTest:
         t0 = self._t0
         start = 0.0
         mix = self.mix
+        spare = self.spare_connections
         for seg in self.plan.segments():
             seg.start = start
             start = seg.end
@@ -131,6 +133,8 @@ class LoadTest:
                 conn = send_now(self.pool, body)
                 if conn is not None:
                     result.sent = loop.time() - t0
+                if spare:
+                    self.pool.keep_spare(spare)
                 self.results.append(result)
                 bucket.append(result)
                 seg.planned += 1
