@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from store import get_store
 
 from .explorer import trace_bounds
+from .prices import prices_for_project
 from .trace_math import PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, trace_summarize
 
 TRACE_ID_RE = re.compile(r"[0-9a-f]{32}\Z")
@@ -154,10 +156,12 @@ def trace_flags(summary: TraceSummary) -> list[str]:
     return flags
 
 
-def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict]) -> TraceDetail:
-    """The whole trace from its (deduplicated) span rows."""
+def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict],
+                       prices: Mapping[str, tuple[float, float]] | None = None) -> TraceDetail:
+    """The whole trace from its (deduplicated) span rows; ``prices`` (the project's price table)
+    estimates the cost of spans that carry tokens but no cost, as the summariser does."""
     tree = Tree.build(rows)
-    summary = trace_summarize((), tree=tree)
+    summary = trace_summarize((), prices=prices, tree=tree)
     path = critical_path((), tree=tree)
     critical: dict[str, int] = {}
     for span_id, lo, hi in path:
@@ -207,7 +211,8 @@ def trace_get(*, project_id: int, trace_id: str) -> TraceDetail | None:
     rows = trace_spans(project_id=project_id, trace_id=trace_id)
     if not rows:
         return None
-    return trace_detail_build(project_id=project_id, trace_id=trace_id, rows=rows)
+    return trace_detail_build(project_id=project_id, trace_id=trace_id, rows=rows,
+                              prices=prices_for_project(project_id=project_id))
 
 
 def summary_json(summary: TraceSummary) -> dict:

@@ -223,3 +223,19 @@ def test_compare_two_traces_and_against_endpoint_p50(client, make_user, project_
 
     assert client.get(reverse("dashboard:trace-compare"), {"a": "nope"}).status_code == 400
     assert client.get(reverse("dashboard:trace-compare"), {"a": trace_id()}).status_code == 404
+
+
+def test_cost_is_estimated_from_the_price_table_and_marked(client, make_user, project_with_key):
+    from dashboard.prices import model_price_set
+
+    alice = make_user()
+    project, _ = project_with_key(members=[alice])
+    spans = llm_trace(model="llama-3-70b")
+    del spans[3]["cost_usd"]  # 812 input, 164 output tokens, no cost sent
+    model_price_set(project_id=project.pk, model="llama-3-70b", input_usd_per_million="1", output_usd_per_million="10")
+    tid = seed(spans, project_id=project.pk)
+    detail = trace_get(project_id=project.pk, trace_id=tid)
+    assert detail.summary.cost_estimated
+    assert detail.summary.cost_usd == pytest.approx((812 * 1 + 164 * 10) / 1e6)
+    html = _client(client, alice).get(reverse("dashboard:trace", args=[tid])).content.decode()
+    assert "$0.002452" in html and ">estimated</span>" in html

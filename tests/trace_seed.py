@@ -1,6 +1,6 @@
 """Seeding traces straight into the store for trace-page tests: native-API span payloads go through
 the ingest's own parser (``ingest.schemas.parse_span``) into ``spans``, and the per-trace summary
-row into ``traces`` is computed with ``dashboard.trace_math`` as the summariser does."""
+row into ``traces`` is written with the summariser's own ``trace_row``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import random
 import time
 
-from dashboard.trace_math import PHASES, SPAN_FIELDS_SQL, trace_summarize
+from dashboard.prices import prices_for_project
+from dashboard.summarizer import trace_row
+from dashboard.trace_math import SPAN_FIELDS_SQL
 from ingest.schemas import Limits, parse_span
 from store import get_store
 
@@ -25,24 +27,15 @@ def insert_spans(spans: list[dict], *, project_id: int) -> None:
 
 
 def summarise(trace_id: str, *, project_id: int) -> dict:
-    """Write the ``traces`` row of a trace from its spans in the store (as the summariser does)."""
+    """Write the ``traces`` row of a trace from its spans in the store, with the summariser's own
+    ``trace_row`` (and the project's price table)."""
     store = get_store()
-    rows = store.query(
+    spans = store.query(
         f"SELECT {SPAN_FIELDS_SQL} FROM spans WHERE project_id = {{p:UInt64}} AND trace_id = {{t:FixedString(32)}}"
         " ORDER BY ingested_at DESC LIMIT 1 BY span_id",
         {"p": project_id, "t": trace_id}, tag="tests.trace_seed.read").dicts()
-    s = trace_summarize(rows)
-    row = {
-        "project_id": project_id, "trace_id": trace_id, "start_time": s.start_ns, "e2e_ns": s.e2e_ns,
-        "has_root": int(s.has_root), "spans_start": min(r["start_ns"] for r in rows),
-        "spans_end": max(r["start_ns"] + r["duration_ns"] for r in rows), "root_name": s.root_name,
-        "service": s.service, "model": s.model, "services": sorted({r["service"] for r in rows}),
-        "models": sorted({r["model"] for r in rows if r["model"]}), "phases": sorted({r["phase"] for r in rows}),
-        "status": s.status, "error_message": s.error_message, "ttft_ns": s.ttft_ns, "tpot_ns": s.tpot_ns,
-        "input_tokens": s.input_tokens, "output_tokens": s.output_tokens, "cost_usd": s.cost_usd,
-        "cost_estimated": int(s.cost_estimated), "span_count": s.span_count,
-        **{f"{p}_ns": s.phase_ns.get(p, 0) for p in PHASES}, "version": time.time_ns(),
-    }
+    row = trace_row(project_id=project_id, trace_id=trace_id, spans=spans,
+                    prices=prices_for_project(project_id=project_id), version=time.time_ns())
     store.insert("traces", [row], tag="tests.trace_seed.traces")
     return row
 
