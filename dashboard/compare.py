@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from . import rollups
 from .panel_selectors import WindowStats, window_stats
 from .timewindow import TimeWindow, parse_time, window_from_query
 from .trace_math import PHASES
@@ -91,8 +92,13 @@ def compare_query_from(query, *, now: datetime | None = None) -> CompareQuery:
 
 
 def side_stats(*, project_id: int, side: Side, service: str) -> WindowStats:
-    return window_stats(project_id=project_id, start=side.start, end=side.end, service=service, model=side.model,
-                        release=side.attribute)
+    """One side's figures: from the rollups, except an attribute side (the rollups keep no
+    attributes), which reads the per-trace summaries joined with the spans that carry it."""
+    if side.attribute:
+        return window_stats(project_id=project_id, start=side.start, end=side.end, service=service,
+                            release=side.attribute)
+    return rollups.window_stats(project_id=project_id, start=side.start, end=side.end, service=service,
+                                model=side.model)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from django.apps import apps
 from django.contrib.auth.decorators import login_required
@@ -9,16 +8,16 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 
 from store import StoreError, get_store
 
-from . import panel_selectors, panels, selectors
+from . import panel_selectors, panels, rollups, selectors
 from .compare import MODES as COMPARE_MODES
 from .compare import compare_query_from, compare_rows
 from .compare import side_stats as compare_side_stats
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
 from .project_scope import current_project
+from .rollups import PROJECTION_DAYS
 from .timewindow import PRESETS, TimeWindow, window_from_query
 
 log = logging.getLogger("tracedash.dashboard")
@@ -146,11 +145,11 @@ def _panel_filters(request) -> tuple[TimeWindow, dict[str, str]]:
 
 def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
-    now = panel_selectors.window_stats(**args)
+    now = rollups.window_stats(**args)
     previous = window.previous()
-    before = panel_selectors.window_stats(**{**args, "start": previous.start, "end": previous.end})
-    series = panel_selectors.window_series(**args)
-    heatmap = panel_selectors.latency_heatmap(**args)
+    before = rollups.window_stats(**{**args, "start": previous.start, "end": previous.end})
+    series = rollups.window_series(**args)
+    heatmap = rollups.latency_heatmap(**args)
     return {"stats": now, "previous": before, "series": series, "kpis": panels.overview_kpis(now, before),
             "figures": panels.overview_figures(series, heatmap, filters=filters),
             "facets": panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end)}
@@ -213,21 +212,16 @@ def overview_json(request):
     return _panel_json(request, build)
 
 
-PROJECTION_DAYS = 7  # DOMAIN.md: projected monthly spend = cost of the last 7 days × 30 / 7
-
-
 def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
-    now = panel_selectors.window_stats(**args)
+    now = rollups.window_stats(**args)
     previous = window.previous()
-    before = panel_selectors.window_stats(**{**args, "start": previous.start, "end": previous.end})
-    series = panel_selectors.window_series(**args)
-    spend = panel_selectors.spend_by_model(**args)
-    week_end = timezone.now()
-    week = panel_selectors.window_stats(project_id=project_id, start=week_end - timedelta(days=PROJECTION_DAYS),
-                                        end=week_end, **filters)
+    before = rollups.window_stats(**{**args, "start": previous.start, "end": previous.end})
+    series = rollups.window_series(**args)
+    spend = rollups.spend_by_model(**args)
+    projection = rollups.spend_projection(project_id=project_id, **filters)  # DOMAIN.md: last 7 days × 30 / 7
     return {"stats": now, "previous": before, "series": series, "kpis": panels.costs_kpis(now, before),
-            "projected_monthly_usd": week.cost_usd * 30 / PROJECTION_DAYS, "projection_basis_usd": week.cost_usd,
+            "projected_monthly_usd": projection.projected_monthly, "projection_basis_usd": projection.cost_last_7_days,
             "figures": panels.costs_figures(series, spend, filters=filters),
             "facets": panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end)}
 

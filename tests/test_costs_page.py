@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from dashboard.models import ModelPrice
-from tests.explorer_seed import seed_traces
+from tests.panel_seed import seed_rolled_up
 from tests.spans import llm_trace
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
@@ -26,7 +26,7 @@ def seeded(make_user, project_with_key):
     big[3]["cost_usd"] = 0.01
     old = llm_trace(model="gpt-4o", start_ns=now - 3 * 86400 * S)  # in the last 7 days, not in the hour
     old[3]["cost_usd"] = 0.7
-    seed_traces(project_id=project.pk, traces=traces + [big, old])
+    seed_rolled_up(project_id=project.pk, traces=traces + [big, old])
     return {"user": alice, "project": project}
 
 
