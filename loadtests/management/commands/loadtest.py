@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 from django.conf import settings
@@ -63,8 +64,13 @@ class Command(BaseCommand):
             simulator, ns.target = self._start_simulator(sim_config)
         run_id = new_run_id()
         tracer = None
+        endpoint = ns.tracedash_endpoint or os.environ.get("TRACEDASH_ENDPOINT") or base
+        if not ns.no_trace and not _reachable(endpoint):
+            self.stderr.write(self.style.WARNING(
+                f"No tracedash server answers at {endpoint}: the requests will not be traced (start `make run`, "
+                "or pass --tracedash-endpoint, or --no-trace to silence this)."))
+            ns.no_trace = True
         if not ns.no_trace:
-            endpoint = ns.tracedash_endpoint or os.environ.get("TRACEDASH_ENDPOINT") or base
             api_key = ns.tracedash_api_key or os.environ.get("TRACEDASH_API_KEY")
             if not api_key:
                 from projects.services import api_key_create
@@ -154,6 +160,18 @@ class Command(BaseCommand):
                 time.sleep(0.1)
         os.unlink(handle.name)
         return process, f"http://127.0.0.1:{port}/v1"
+
+
+def _reachable(endpoint: str) -> bool:
+    """Whether anything answers HTTP at ``endpoint`` (any status: only a refused or timed-out
+    connection means the server is not there)."""
+    try:
+        with urllib.request.urlopen(endpoint.rstrip("/") + "/healthz", timeout=3):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def _jsonable(value) -> bool:
