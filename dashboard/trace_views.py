@@ -169,7 +169,13 @@ def trace_compare(request):
         log.error("trace compare failed: %s", exc)
         context["store_error"] = STORE_DOWN
         return render(request, "dashboard/trace_compare.html", context, status=503)
-    rows = trace_detail.compare_rows(trace_detail.trace_figures(a.summary), b_figures)
-    context.update(a=a, b=b_trace, a_label=f"Trace {a_id}", b_label=b_label, rows=_compare_table(rows),
-                   b_is_p50=b_trace is None, trace_project=project)
+    a_figures = trace_detail.trace_figures(a.summary)
+    if b_trace is None:
+        # Against the endpoint's P50 the baseline comes first, so "B vs A" reads "this trace vs usual".
+        rows = trace_detail.compare_rows(b_figures, a_figures)
+        context.update(a=None, b=a, a_label=b_label, b_label=f"Trace {a_id}")
+    else:
+        rows = trace_detail.compare_rows(a_figures, b_figures)
+        context.update(a=a, b=b_trace, a_label=f"Trace {a_id}", b_label=b_label)
+    context.update(rows=_compare_table(rows), b_is_p50=b_trace is None, trace_project=project)
     return render(request, "dashboard/trace_compare.html", context)

@@ -218,7 +218,8 @@ def test_compare_two_traces_and_against_endpoint_p50(client, make_user, project_
 
     p50 = client.get(reverse("dashboard:trace-compare"), {"a": b, "b": "p50"})
     rows = {r["figure"]: r for r in p50.context["rows"]}
-    assert rows["inference_ns"]["b"] == 900 and rows["inference_ns"]["a"] == 1800
+    assert rows["inference_ns"]["a"] == 900 and rows["inference_ns"]["b"] == 1800  # baseline first
+    assert rows["inference_ns"]["percent"] == 100.0
     assert "P50 of chat-api · chat" in p50.content.decode()
 
     assert client.get(reverse("dashboard:trace-compare"), {"a": "nope"}).status_code == 400

@@ -300,3 +300,35 @@ def test_ten_thousand_span_trace_is_interactive_fast_and_scrolls_without_blanks(
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "trace-10k.png"))
     assert page.watch.page_errors == []
+
+
+def test_compare_with_another_trace_and_with_the_endpoint_p50(page, asgi_server, make_user, project_with_key):
+    user = make_user(password=PASSWORD)
+    project, _ = project_with_key(members=[user])
+    fast, slow = llm_trace(name="chat"), llm_trace(name="chat")
+    slow[0]["duration_ms"], slow[3]["duration_ms"] = 2100, 1800  # inference 900 → 1800 ms
+    a, b = seed(fast, project_id=project.pk), seed(slow, project_id=project.pk)
+    seed(llm_trace(name="chat"), project_id=project.pk)
+    log_in(page, asgi_server, user.username)
+    open_trace(page, asgi_server, b)
+
+    page.click("#compare-p50")
+    table = page.locator("#compare-table")
+    expect(page.locator("#col-a")).to_contain_text("P50 of chat-api · chat (last 24 h, 3 traces)")
+    expect(page.locator("#col-b")).to_contain_text(f"Trace {b}")
+    expect(table.locator("tr[data-figure=inference_ns] td.a")).to_have_text("900.0 ms")
+    expect(table.locator("tr[data-figure=inference_ns] td.b")).to_have_text("1800.0 ms")
+    expect(table.locator("tr[data-figure=inference_ns] td.pct")).to_have_text("+100.0 %")
+    page.screenshot(path=str(ARTIFACTS / "trace-compare-p50.png"), full_page=True)
+
+    open_trace(page, asgi_server, a)
+    page.fill(".compare-with input[name=b]", b)
+    page.get_by_role("button", name="Compare").click()
+    expect(table.locator("tr[data-figure=e2e_ns] td.diff")).to_have_text("+900.0 ms")
+    expect(table.locator("tr[data-figure=inference_ns] td.pct")).to_have_text("+100.0 %")
+    expect(table.locator("tr[data-figure=network_ns] td.diff")).to_have_text("0.0 ms")
+    page.locator("#col-b a").click()  # back to trace B's page
+    page.wait_for_function("document.getElementById('waterfall').dataset.ready === '1'")
+    expect(page.locator("#trace-id")).to_have_text(b)
+    page.screenshot(path=str(ARTIFACTS / "trace-compare.png"), full_page=True)
+    assert page.watch.page_errors == []
