@@ -15,6 +15,7 @@ from . import panel_selectors, panels, rollups, selectors
 from .compare import MODES as COMPARE_MODES
 from .compare import compare_query_from, compare_rows
 from .compare import side_stats as compare_side_stats
+from .filters import FilterBar, filter_bar_from_query
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
 from .project_scope import current_project
 from .rollups import PROJECTION_DAYS
@@ -137,10 +138,10 @@ def healthz(request):
 
 
 # --- overview, costs, compare -------------------------------------------------------------------
-def _panel_filters(request) -> tuple[TimeWindow, dict[str, str]]:
-    window = window_from_query(request.GET, default="24h")
-    filters = {"service": request.GET.get("service", "")[:256], "model": request.GET.get("model", "")[:256]}
-    return window, filters
+def _panel_filters(request) -> tuple[FilterBar, dict[str, str]]:
+    """The shared filter bar (range, service, model) of the request, and its service/model filters."""
+    bar = filter_bar_from_query(request.GET, default_range="24h")
+    return bar, {"service": bar.service, "model": bar.model}
 
 
 def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
@@ -159,19 +160,19 @@ def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> d
 def overview(request):
     """KPIs against the previous period, traffic, latency, the phase breakdown and the latency
     distribution of the chosen window, service and model."""
-    window, filters = _panel_filters(request)
+    bar, filters = _panel_filters(request)
     return _project_page(request, "dashboard/overview.html", "panel",
-                         lambda project_id: _overview(project_id, window, filters),
-                         window=window, filters=filters, presets=PRESETS)
+                         lambda project_id: _overview(project_id, bar.window, filters), filters=bar)
 
 
 def _panel_json(request, build):
     project = current_project(request)
     if project is None:
         return _json_error(404, "no_project", "you are not a member of any project")
-    window, filters = _panel_filters(request)
-    if window.error:
-        return _json_error(400, "invalid_window", window.error)
+    bar, filters = _panel_filters(request)
+    if bar.errors:
+        return _json_error(400, "invalid_filters", "; ".join(bar.errors))
+    window = bar.window
     try:
         body = build(project.pk, window, filters)
     except StoreError as exc:
@@ -232,7 +233,7 @@ def costs(request):
     project's price table (which estimates the cost of spans that carry tokens but no cost)."""
     from .prices import model_price_delete, model_price_set, model_prices_list
 
-    window, filters = _panel_filters(request)
+    bar, filters = _panel_filters(request)
     project = current_project(request)
     price_errors: dict[str, list[str]] = {}
     price_form = {"model": "", "input_usd_per_million": "", "output_usd_per_million": ""}
@@ -249,8 +250,8 @@ def costs(request):
             return redirect(f"{request.path}?{request.GET.urlencode()}#prices")
     prices = model_prices_list(project_id=project.pk) if project is not None else []
     response = _project_page(request, "dashboard/costs.html", "panel",
-                             lambda project_id: _costs(project_id, window, filters),
-                             window=window, filters=filters, presets=PRESETS, prices=prices,
+                             lambda project_id: _costs(project_id, bar.window, filters),
+                             filters=bar, prices=prices,
                              price_form=price_form, price_errors=price_errors, projection_days=PROJECTION_DAYS)
     if price_errors and response.status_code == 200:
         response.status_code = 400

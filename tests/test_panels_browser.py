@@ -117,7 +117,8 @@ def test_overview_draws_seeded_numbers_filters_and_links_to_traces(page, asgi_se
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "overview.png"), full_page=True)
 
-    page.select_option("#service-select", "search")
+    page.select_option('.filter-bar select[name="service"]', "search")
+    page.locator(".filter-bar").get_by_role("button", name="Apply").click()
     expect(page).to_have_url(re.compile(r"service=search"))
     expect(page.locator('[data-kpi="requests"] .value')).to_have_text("5")
     p50 = next(t for t in chart_data(page, "fig-latency") if t["name"] == "E2E P50")
@@ -218,7 +219,8 @@ def test_costs_spend_per_model_and_price_editor(page, asgi_server, make_user, pr
     assert spend == {"gpt-4o-mini": pytest.approx(4 * 0.00042), "llama-3-70b": pytest.approx(estimated)}
     expect(page.locator("#estimated-note")).to_contain_text("2 of 6 requests")
 
-    page.select_option("#model-select", "llama-3-70b")
+    page.select_option('.filter-bar select[name="model"]', "llama-3-70b")
+    page.locator(".filter-bar").get_by_role("button", name="Apply").click()
     expect(page).to_have_url(re.compile(r"model=llama-3-70b"))
     spend = {t["name"]: sum(non_null(t["y"])) for t in chart_data(page, "fig-spend")}
     assert spend == {"llama-3-70b": pytest.approx(estimated)}
