@@ -132,6 +132,8 @@ def test_command_stores_the_run_and_traces_every_request(asgi_server, project_wi
     planned = run.report["totals"]["planned"]
     assert planned == 5 + 7
     assert run.report["config"]["tracing"]["exporter"]["spans_sent"] == 2 * planned
+    assert key not in json.dumps(run.config) and key not in json.dumps(run.report)  # the ingest key is not kept
+    assert run.config["qps"] == 20 and run.config["test_type"] == "step"
     rows = get_store().query(
         "SELECT attributes['loadtest.step'] AS step, count() FROM spans FINAL WHERE project_id = {p:UInt64} "
         "AND attributes['loadtest.run_id'] = {r:String} AND parent_span_id = '' GROUP BY step ORDER BY step",

@@ -28,6 +28,11 @@ DEFAULT_SIMULATOR = {"queue_delay_ms": 2.0, "prefill_ms": 40.0, "prefill_ms_per_
                      "error_rate": 0.0}
 
 
+# Secrets and Django's own options are not stored with the run.
+_NOT_STORED = {"tracedash_api_key", "target_api_key", "verbosity", "settings", "pythonpath", "traceback", "no_color",
+               "force_color", "skip_checks"}
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -92,7 +97,8 @@ class Command(BaseCommand):
                 self.stderr.write(f"Target: the demo simulator at {ns.target} (saturates near {rps:.0f} rps "
                                   f"for {ns.max_tokens}-token answers)")
             run = load_test_run_create(project=project, run_id=run_id, test_type=ns.test_type, target_url=ns.target,
-                                       config={k: v for k, v in options.items() if _jsonable(v)})
+                                       config={k: v for k, v in options.items()
+                                               if k not in _NOT_STORED and _jsonable(v)})
             self.stderr.write(f"Load test {run_id} ({ns.test_type}) → {base}/loadtests/{run.pk}/"
                               + (f", traced to {tracer.exporter.endpoint}" if tracer else " (not traced)"))
             try:
