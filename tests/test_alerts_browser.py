@@ -1,0 +1,73 @@
+"""The live firing banner in a real headless Chromium: a page left open shows an alert that fires
+after it loaded, pushed over ws/projects/<id>/alerts/ from another thread (as the embedded beat
+does), with hostile names rendered as text, and hides it again when the alert resolves."""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"browser tests need Debian's Chromium at {CHROMIUM}", allow_module_level=True)
+
+from django.utils import timezone  # noqa: E402
+from playwright.sync_api import expect, sync_playwright  # noqa: E402
+
+from alerts.models import AlertRule  # noqa: E402
+from alerts.services import alerts_evaluate_round, rule_create  # noqa: E402
+from tests.alerts_support import insert_samples, sample  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+ARGS = ["--headless", "--no-sandbox", "--disable-background-networking", "--disable-gpu", "--no-first-run"]
+PASSWORD = "correct-horse-battery-7"
+XSS = "<img src=x onerror=\"window.__xss=1\">"
+
+
+@pytest.fixture
+def page(asgi_server, monkeypatch):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # playwright's sync API runs a loop in this thread
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page()
+        yield page
+        browser.close()
+
+
+def test_banner_appears_live_and_clears_on_resolve(page, asgi_server, make_user, project_with_key):
+    user = make_user("banner-user", password=PASSWORD)
+    project, _ = project_with_key(members=[user])
+    AlertRule.objects.filter(project=project).delete()
+    rule_create(project=project, name=f"hot {XSS}", metric="gpu_memory_percent", aggregation="last",
+                window_seconds=60, comparator="gte", threshold=85)
+    page.goto(f"{asgi_server.url}/traces/")
+    page.fill("#id_username", user.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/traces/$"))
+    banner = page.locator("#alerts-banner")
+    expect(banner).to_be_hidden()
+    page.wait_for_timeout(500)  # the socket connects and joins the project's group
+
+    now = timezone.now()
+    insert_samples([sample(project.pk, now - timedelta(seconds=1), mem_pct=93)])
+    alerts_evaluate_round(deliver="none")  # this thread, not the server's loop: like the embedded beat
+    expect(banner).to_be_visible(timeout=10_000)
+    expect(banner).to_contain_text("1 alert firing")
+    expect(banner).to_contain_text(f"hot {XSS}")  # as text
+    assert page.evaluate("window.__xss") is None
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "alerts-banner.png"))
+
+    insert_samples([sample(project.pk, timezone.now(), mem_pct=40)])
+    alerts_evaluate_round(deliver="none")
+    expect(banner).to_be_hidden(timeout=10_000)
+    page.goto(f"{asgi_server.url}/alerts/")
+    expect(page.locator("#alert-history")).to_contain_text("firing → resolved")
+    page.screenshot(path=str(ARTIFACTS / "alerts-page.png"), full_page=True)
