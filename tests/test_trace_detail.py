@@ -240,3 +240,22 @@ def test_cost_is_estimated_from_the_price_table_and_marked(client, make_user, pr
     assert detail.summary.cost_usd == pytest.approx((812 * 1 + 164 * 10) / 1e6)
     html = _client(client, alice).get(reverse("dashboard:trace", args=[tid])).content.decode()
     assert "$0.002452" in html and ">estimated</span>" in html
+
+
+def test_store_down_is_a_503_page_and_a_json_503(client, make_user, project_with_key, monkeypatch):
+    from store import StoreError
+
+    alice = make_user()
+    _, key = project_with_key(members=[alice])
+
+    def down(**kwargs):
+        raise StoreError("connection refused", tag="tests.down")
+
+    monkeypatch.setattr("dashboard.trace_detail.trace_spans", down)
+    tid = trace_id()
+    api = client.get(reverse("dashboard:trace-api", args=[tid]), HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert api.status_code == 503 and api.json()["error"]["code"] == "store_unavailable" and api["Retry-After"]
+    page = _client(client, alice).get(reverse("dashboard:trace", args=[tid]))
+    assert page.status_code == 503 and "The trace store is unavailable" in page.content.decode()
+    compare = client.get(reverse("dashboard:trace-compare"), {"a": tid})
+    assert compare.status_code == 503

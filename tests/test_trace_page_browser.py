@@ -332,3 +332,28 @@ def test_compare_with_another_trace_and_with_the_endpoint_p50(page, asgi_server,
     expect(page.locator("#trace-id")).to_have_text(b)
     page.screenshot(path=str(ARTIFACTS / "trace-compare.png"), full_page=True)
     assert page.watch.page_errors == []
+
+
+def test_spans_arriving_for_the_open_trace_are_announced(page, asgi_server, make_user, project_with_key):
+    from tests.test_browser import post_spans
+
+    user = make_user(password=PASSWORD)
+    project, key = project_with_key(members=[user])
+    spans = llm_trace()
+    post_spans(asgi_server, key, spans[:3])  # the rest of the request is still running
+    log_in(page, asgi_server, user.username)
+    open_trace(page, asgi_server, spans[0]["trace_id"], f"?span={spans[1]['span_id']}")
+    assert len(visible_names(page)) == 3
+    page.wait_for_function("window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
+    page.evaluate("""window.__sockets.forEach((s) => s.addEventListener('message', (m) => {
+        if (JSON.parse(m.data).type === 'traces.ingested') window.__ingested = (window.__ingested || 0) + 1; }))""")
+    post_spans(asgi_server, key, llm_trace())  # another trace: no announcement
+    page.wait_for_function("window.__ingested >= 1")
+    expect(page.locator("#trace-live")).to_be_hidden()
+    post_spans(asgi_server, key, spans[3:])
+    expect(page.locator("#trace-live")).to_be_visible()
+    page.click("#trace-live-reload")
+    page.wait_for_function("document.getElementById('waterfall').dataset.ready === '1'")
+    assert len(visible_names(page)) == 5
+    expect(page.locator(".wf-row.selected")).to_have_attribute("data-span-id", spans[1]["span_id"])
+    expect(page.locator("#trace-live")).to_be_hidden()

@@ -528,6 +528,20 @@
     if (handled) e.preventDefault();
   });
 
+  // --- live: spans of this trace that arrive while the page is open --------------------------------
+  function listen() {
+    const proto = location.protocol === "https:" ? "wss" : "ws";
+    const ws = new WebSocket(proto + "://" + location.host + "/ws/projects/" + encodeURIComponent(data.project_id) + "/traces/");
+    ws.onmessage = (msg) => {
+      const event = JSON.parse(msg.data);
+      if (event.type !== "traces.ingested" || !(event.trace_ids || []).includes(data.trace_id)) return;
+      $("trace-live-reload").href = location.href;  // keeps ?span=
+      $("trace-live").hidden = false;
+    };
+    ws.onclose = (e) => { if (e.code !== 4403) setTimeout(listen, 3000); };
+  }
+  listen();
+
   // --- start -------------------------------------------------------------------------------------
   drawRuler();
   drawMinimap();
