@@ -93,6 +93,7 @@ def one_rate(base_url: str, qps: float, duration: float, trace: str) -> dict:
         "lag_ms": totals["schedule_lag_ms"], "e2e_ms": totals["e2e_ms"], "ttft_ms": totals["ttft_ms"],
         "cpu_s": round(cpu, 2), "cpu_percent_of_one_core": round(100 * cpu / report["wall_s"], 1),
         "spans": spans, "connections": report["config"]["connections_opened"],
+        "errors_by_kind": totals["errors_by_kind"],
     }
 
 
@@ -124,6 +125,8 @@ def main() -> int:
                   f"generator CPU {r['cpu_percent_of_one_core']:.0f} % of a core; {r['connections']} connections"
                   + (f"; {r['spans']} spans" if args.trace == "memory" else "")
                   + (" — PASS" if ok and qps >= 300 else ""), flush=True)
+            if r["errors"]:
+                print(f"  errors: {r['errors_by_kind']}", flush=True)
     finally:
         proc.terminate()
         proc.wait(10)

@@ -87,8 +87,9 @@ def test_step_test_finds_the_knee_within_one_step_of_the_configured_capacity():
     assert knee is not None, report["steps"]
     first_over = next(k for k in range(plan.max_steps) if plan.qps_of(k) > capacity)
     assert knee["step"] in (first_over, first_over + 1), (knee, capacity)
-    # the test stops at the knee: no step was run past it
-    assert report["stopped"] == "knee" and len(report["steps"]) == knee["step"] + 1
+    # the test stops at the knee it sees live (the report's knee, from complete data, is that step or
+    # an earlier one: requests still queued at a step's end only add latency)
+    assert report["stopped"] == "knee" and knee["step"] < len(report["steps"]) <= first_over + 2
     # the capacity it reports is within 10 % of the configured one
     assert abs(knee["capacity_rps"] - capacity) <= 0.10 * capacity, knee
     below = report["steps"][:first_over]

@@ -223,6 +223,17 @@ class LoadTest:
                    duration_s=seg.duration, target_qps=round(seg.mean_qps, 6))
         return out
 
+    def _final_knee(self, steps: List[dict]) -> Optional[dict]:
+        """The knee from complete data (the step where the test stopped, or an earlier one, since
+        requests still queued at a step's end only add latency); the live one if complete data
+        finds none (errors among requests unfinished at the live check can dilute a step's rate)."""
+        if self.plan.test_type != "step":
+            return None
+        knee = self.knee_rule.find(steps)
+        if knee is None and self.stopped_reason == "knee":
+            knee = self.knee_now()
+        return knee
+
     def knee_now(self) -> Optional[dict]:
         """The knee among the steps finished so far (unfinished requests count with their age)."""
         return self.knee_rule.find(self._steps_live)
@@ -281,7 +292,7 @@ class LoadTest:
             },
             "totals": totals,
             "steps": steps,
-            "knee": self.knee_rule.find(steps) if self.plan.test_type == "step" else None,
+            "knee": self._final_knee(steps),
             "burst": None,
             "timeline": timeline(results, window=self.window, duration=max(ended, plan_end)),
             "groups": {},
