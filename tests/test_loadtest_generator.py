@@ -93,9 +93,10 @@ def test_step_test_finds_the_knee_within_one_step_of_the_configured_capacity():
     # the capacity it reports is within 10 % of the configured one
     assert abs(knee["capacity_rps"] - capacity) <= 0.10 * capacity, knee
     below = report["steps"][:first_over]
-    for step in below:  # below the knee the target kept up with the offered load and latency stayed flat
-        assert step["e2e_ms"]["p95"] < 1.5 * report["steps"][0]["e2e_ms"]["p95"], step
-        assert step["errors"] == 0
+    for step in below:  # below the knee the target kept up with the offered load
+        assert step["errors"] == 0 and step["achieved_rps"] >= 0.9 * step["offered_qps"], step
+        if step["offered_qps"] <= 0.7 * capacity:  # and well below it, latency stayed flat
+            assert step["e2e_ms"]["p95"] < 1.5 * report["steps"][0]["e2e_ms"]["p95"], step
     assert all(s["ttft_ms"]["p50"] >= 50 for s in below)  # prefill 52.5 ms
 
 
