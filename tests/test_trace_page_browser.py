@@ -135,6 +135,9 @@ def test_waterfall_collapse_select_deep_link_and_zoom(page, asgi_server, make_us
     expect(detail.locator("table.attributes")).to_contain_text("select 1")
     expect(detail.locator("table.facts")).to_contain_text("150.0 ms of its own time")
     page.screenshot(path=str(ARTIFACTS / "trace-page.png"), full_page=True)
+    page.click("#wf-collapse-all")  # the selection moves to the outermost folded ancestor
+    expect(page.locator(".wf-row.selected")).to_have_attribute("data-span-id", ids["plan"])
+    expect(detail.locator(".wf-detail-name")).to_have_text("plan")
     assert page.watch.page_errors == [] and page.watch.dialogs == []
 
 

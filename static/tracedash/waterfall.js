@@ -309,24 +309,21 @@
   function toggleCollapse(i, value) {
     if (spans[i].child_count === 0) return;
     collapsed[i] = value === undefined ? (collapsed[i] ? 0 : 1) : (value ? 1 : 0);
-    if (selected > i && selected < subtreeEnd[i] && collapsed[i]) selected = i;
     rebuild();
+    if (selected > i && selected < subtreeEnd[i] && collapsed[i]) select(i, { scroll: false });
   }
   $("wf-collapse-all").addEventListener("click", () => {
+    // Everything below the top level folds; the top-level spans stay open so the tree's shape shows.
     for (let i = 0; i < n; i++) collapsed[i] = spans[i].child_count > 0 && spans[i].depth > 0 ? 1 : 0;
-    // Keep the top-level spans open one level, so the tree's shape stays visible.
-    if (selected >= 0 && positionOfAfter(selected) < 0) selected = topAncestorVisible(selected);
     rebuild();
+    if (selected >= 0) moveSelectionOutOfFolds();
   });
   $("wf-expand-all").addEventListener("click", () => { collapsed.fill(0); rebuild(); });
-  function positionOfAfter(i) {
-    for (let p = parent[i]; p >= 0; p = parent[p]) if (collapsed[p]) return -1;
-    return 0;
-  }
-  function topAncestorVisible(i) {
-    let best = i;
-    for (let p = parent[i]; p >= 0; p = parent[p]) if (collapsed[p]) best = p;
-    return best;
+  function moveSelectionOutOfFolds() {
+    // A selected span inside a folded subtree hands the selection to the outermost folded ancestor.
+    let best = selected;
+    for (let p = parent[selected]; p >= 0; p = parent[p]) if (collapsed[p]) best = p;
+    if (best !== selected) select(best, { scroll: false });
   }
 
   // --- selection and detail --------------------------------------------------------------------
