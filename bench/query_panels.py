@@ -68,6 +68,9 @@ def _shift(state: dict, i: int) -> tuple[datetime, datetime]:
     return _utc(state["start"] - delta), _utc(state["end"] - delta)
 
 
+OVERVIEW_HISTOGRAMS = ("e2e", "ttft", "network")  # the percentiles the overview's series draw
+
+
 def _overview(state: dict, i: int) -> int:
     """What the overview page reads: KPIs of the window and the previous one, series, heatmap."""
     from dashboard import rollups
@@ -76,7 +79,7 @@ def _overview(state: dict, i: int) -> int:
     args = {"project_id": PROJECT_ID, "start": start, "end": end}
     now = rollups.window_stats(**args)
     rollups.window_stats(project_id=PROJECT_ID, start=start - (end - start), end=start)
-    series = rollups.window_series(**args)
+    series = rollups.window_series(**args, histograms=OVERVIEW_HISTOGRAMS)
     rollups.latency_heatmap(**args)
     return now.requests + len(series.times)
 
@@ -195,12 +198,14 @@ def _shown_24h(state: dict, i: int) -> int:
 
 
 SCENARIOS = [
-    Scenario("panels: exact vs shown P95/P99 (printed above); KPIs 24 h", None, None, _accuracy_setup, _shown_24h),
-    Scenario("overview 24 h (rollups: KPIs ×2, series, heatmap)", 150, None, lambda s: _window(s, 24), _overview),
-    Scenario("overview 30 d (rollups: KPIs ×2, series, heatmap)", 150, None, lambda s: _window(s, 24 * 30), _overview),
-    Scenario("costs 30 d (rollups: KPIs, spend per model, projection)", 150, None, lambda s: _window(s, 24 * 30), _costs),
-    Scenario("compare 7 d vs previous 7 d (rollups)", 300, None, lambda s: _window(s, 24 * 7), _compare_windows),
-    Scenario("compare two models, 7 d (rollups)", 300, None, lambda s: _window(s, 24 * 7), _compare_models),
-    Scenario("compare attribute user.tier free vs pro, 7 d (traces + spans)", 300, None, lambda s: _window(s, 24 * 7),
-             _compare_attribute),
+    Scenario("panels: KPIs 24 h (exact vs shown printed above)", None, None, _accuracy_setup, _shown_24h),
+    Scenario("panels: overview 24 h", 150, None, lambda s: _window(s, 24), _overview,
+             note="rollups: KPIs of the window and the previous one, series, heatmap"),
+    Scenario("panels: overview 30 d", 150, None, lambda s: _window(s, 24 * 30), _overview),
+    Scenario("panels: costs 30 d", 150, None, lambda s: _window(s, 24 * 30), _costs,
+             note="rollups: KPIs, spend per model, 7-day projection"),
+    Scenario("panels: compare 7 d vs 7 d before", 300, None, lambda s: _window(s, 24 * 7), _compare_windows),
+    Scenario("panels: compare 2 models, 7 d", 300, None, lambda s: _window(s, 24 * 7), _compare_models),
+    Scenario("panels: compare user.tier free/pro, 7 d", 300, None, lambda s: _window(s, 24 * 7), _compare_attribute,
+             note="traces joined with the spans that carry the attribute (rollups keep no attributes)"),
 ]
