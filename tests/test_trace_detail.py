@@ -259,3 +259,15 @@ def test_store_down_is_a_503_page_and_a_json_503(client, make_user, project_with
     assert page.status_code == 503 and "The trace store is unavailable" in page.content.decode()
     compare = client.get(reverse("dashboard:trace-compare"), {"a": tid})
     assert compare.status_code == 503
+
+
+def test_a_deep_chain_of_spans_does_not_recurse(project_with_key):
+    project, _ = project_with_key()
+    tid, start, ids = trace_id(), time.time_ns() - 60_000_000_000, [span_id() for _ in range(3000)]
+    spans = [{"trace_id": tid, "span_id": sid, "parent_span_id": ids[k - 1] if k else None, "name": f"level {k}",
+              "phase": "other", "service": "svc", "start_time": start + k * 1000, "duration_ms": 3000 - k * 0.001}
+             for k, sid in enumerate(ids)]
+    seed(spans, project_id=project.pk)
+    detail = trace_get(project_id=project.pk, trace_id=tid)
+    assert [s.depth for s in detail.spans] == list(range(3000))
+    assert all(s.on_critical_path for s in detail.spans)
