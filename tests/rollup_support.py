@@ -89,3 +89,16 @@ def exact_from_spans(project_id: int, *, start_ns: int, end_ns: int, service: st
 
 def exact_ms(values: list[float]) -> dict[float, float | None]:
     return {q: (nearest_rank(values, q) / 1e6 if values else None) for q in QUANTILES}
+
+
+def rollup_worker_project(*, name: str = "worker-rollups") -> dict:
+    """worker_server ``--setup`` hook: a project, its ingest key and a member who can log in, in
+    the worker process's own database."""
+    from django.contrib.auth import get_user_model
+
+    from projects.services import membership_add, project_create
+
+    project, key = project_create(name=name)
+    user = get_user_model().objects.create_user(username="rollup-viewer", password="rollup-viewer-pw-1")
+    membership_add(project=project, user=user)
+    return {"project_id": project.pk, "key": key, "username": "rollup-viewer", "password": "rollup-viewer-pw-1"}
