@@ -127,6 +127,10 @@ def test_waterfall_collapse_select_deep_link_and_zoom(page, asgi_server, make_us
     expect(waterfall).to_have_attribute("data-view-start-ms", "0.000")
     expect(page.locator(".wf-tick").first).to_have_text("0 ms")
     expect(answer_bar).to_be_visible()
+    page.dblclick(f'.wf-row[data-span-id="{ids["llm"]}"] .wf-track')  # zoom to a span: 300 … 900 ms, padded 5 %
+    expect(waterfall).to_have_attribute("data-view-start-ms", "270.000")
+    expect(waterfall).to_have_attribute("data-view-end-ms", "930.000")
+    page.click("#wf-reset-zoom")
 
     # the deep link opens with the span selected and scrolled to, parents expanded
     open_trace(page, asgi_server, tid, f"?span={ids['search']}&project={project.pk}")

@@ -126,6 +126,7 @@
     const r = { row, label, toggle, name, svc, badges, dur, track, bar, ttft, segs: [], index: -1 };
     row.addEventListener("click", () => { if (r.index >= 0) select(r.index, { scroll: false }); });
     toggle.addEventListener("click", (e) => { e.stopPropagation(); if (r.index >= 0) toggleCollapse(r.index); });
+    track.addEventListener("dblclick", () => { if (r.index >= 0) zoomToSpan(spans[r.index]); });
     return r;
   }
   function ensurePool() {
@@ -255,6 +256,10 @@
     render();
   }
   resetZoom.addEventListener("click", () => zoom(t0, t1));
+  function zoomToSpan(s) {
+    const pad = Math.max(s.duration_ns * 0.05, 1000);
+    zoom(s.start_ns - pad, s.start_ns + s.duration_ns + pad);
+  }
 
   // --- minimap ---------------------------------------------------------------------------------
   const mini = $("wf-minimap"), miniCanvas = $("wf-minimap-canvas"), miniWindow = $("wf-minimap-window"), miniDrag = $("wf-minimap-drag");
