@@ -241,12 +241,14 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
 
 
 def panel_facets(*, project_id: int, start: datetime, end: datetime) -> dict[str, list[str]]:
-    """The root services and models seen in the window (the filter bar's choices)."""
+    """The root services and models with requests in the hours the window touches (the filter
+    bar's choices), from the hour rollups: a few rows per hour instead of every trace."""
     r = get_store().query(
-        "SELECT groupUniqArray(200)(service) AS services, groupUniqArray(200)(model) AS models FROM traces"
-        " WHERE project_id = {project_id:UInt64}"
-        " AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})",
-        _params(project_id, start, end, "", ""), tag="dashboard.panel_selectors.panel_facets").dicts()[0]
+        "SELECT groupUniqArray(200)(service) AS services, groupUniqArray(200)(model) AS models FROM rollup_hour"
+        " WHERE project_id = {project_id:UInt64} AND requests > 0"
+        " AND bucket >= toStartOfHour(toDateTime({start_s:UInt32}, 'UTC')) AND bucket < toDateTime({end_s:UInt32}, 'UTC')",
+        {"project_id": project_id, "start_s": int(start.timestamp()), "end_s": int(end.timestamp()) + 1},
+        tag="dashboard.panel_selectors.panel_facets").dicts()[0]
     return {"services": sorted(s for s in r["services"] if s), "models": sorted(m for m in r["models"] if m)}
 
 
