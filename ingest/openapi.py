@@ -257,6 +257,57 @@ def _otlp_operation(*, signal: str, request: str, response: str, operation_id: s
     }
 
 
+def _trace_read_operation() -> dict:
+    """``GET /api/v1/traces/<id>`` (served by ``dashboard.trace_views.trace_api``)."""
+    ns = {"type": "integer", "description": "nanoseconds"}
+    return {
+        "tags": ["read"],
+        "operationId": "getTrace",
+        "summary": "Read one trace",
+        "description": "The trace's spans (one per span id, depth-first: the root's tree, other parentless spans, "
+                       "then orphans) with their tree position, self time and critical-path time, and the "
+                       "per-trace figures of DOMAIN.md. A project key reads its project's traces; a logged-in "
+                       "session reads the traces of the user's projects (`?project=<id>` picks one).",
+        "security": [{"bearerAuth": []}, {}],
+        "parameters": [
+            {"name": "trace_id", "in": "path", "required": True, "description": "32 lowercase hex characters.",
+             "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"}},
+            {"name": "spans", "in": "query", "required": False,
+             "description": "`columns`: spans as `{\"fields\": [...], \"rows\": [[...], ...]}` (a third of the size).",
+             "schema": {"type": "string", "enum": ["columns"]}},
+            {"name": "project", "in": "query", "required": False,
+             "description": "Session callers: the project to look in (a project you are a member of).",
+             "schema": {"type": "integer"}},
+        ],
+        "responses": {
+            "200": {"description": "The trace.", "content": {JSON: {"schema": {
+                "type": "object",
+                "required": ["trace_id", "project_id", "summary", "phases", "flags", "critical_path", "spans"],
+                "properties": {
+                    "trace_id": {"type": "string"}, "project_id": {"type": "integer"},
+                    "summary": {"type": "object", "description": "E2E (`e2e_ns`), `ttft_ns`, `tpot_ns`, tokens, "
+                                "`cost_usd` and `cost_estimated`, `status`, `error_message`, `span_count`, "
+                                "`phase_ns` (exclusive time per phase), `root_name`, `service`, `model`."},
+                    "phases": {"type": "array", "items": {"type": "object", "properties": {
+                        "phase": {"type": "string"}, "ns": ns, "share": {"type": ["number", "null"]}}}},
+                    "flags": {"type": "array", "items": {"type": "string"},
+                              "description": "Rules of thumb broken (inference > 60 %, network > 200 ms)."},
+                    "critical_path": {"type": "array", "items": {"type": "object", "properties": {
+                        "span_id": {"type": "string"}, "start_ns": ns, "end_ns": ns}}},
+                    "spans": {"description": "Span objects (or columns with `?spans=columns`): the span's fields "
+                              "plus `depth`, `self_ns`, `child_count`, `orphan`, `extra_root`, `critical_ns`, "
+                              "`on_critical_path`, `skew_note`, and `events` as `{time_ns, name, attributes}`."},
+                },
+            }}}},
+            "400": _error_response(400, "Not a trace id"),
+            "401": _error_response(401, "Neither a key nor a logged-in session", "WWW-Authenticate"),
+            "404": {"description": "No such trace in the key's project (or the user's projects): code `not_found`.",
+                    "content": {JSON: {"schema": {"$ref": REF.format(name="Error")}}}},
+            "503": _error_response(503, "The store cannot be read now", "Retry-After"),
+        },
+    }
+
+
 def _build() -> dict:
     schemas = _item_schemas()
     schemas["IngestResult"] = {
@@ -327,6 +378,7 @@ def _build() -> dict:
         "tags": [
             {"name": "native", "description": "tracedash's JSON format."},
             {"name": "otlp", "description": "OpenTelemetry OTLP/HTTP."},
+            {"name": "read", "description": "Reading traces back."},
         ],
         "paths": {
             "/api/v1/traces": {"post": _native_operation(
@@ -345,6 +397,7 @@ def _build() -> dict:
             "/v1/metrics": {"post": _otlp_operation(
                 signal="metrics", request="ExportMetricsServiceRequest", response="ExportMetricsServiceResponse",
                 operation_id="otlpMetrics")},
+            "/api/v1/traces/{trace_id}": {"get": _trace_read_operation()},
             "/api/openapi.json": {"get": {
                 "tags": ["native"],
                 "operationId": "openapi",
