@@ -6,7 +6,8 @@ Definitions (docs/loadtest.md, after DOMAIN.md "Load tests"):
   the moment it was sent to its last byte; TTFT to the first content chunk; TPOT =
   (E2E - TTFT) / (output tokens - 1) for streamed answers of >= 2 tokens.
 - **Offered** QPS of a step = requests planned in it / its duration. **Achieved** RPS = successful
-  answers that *completed* within the step / its duration (what the target delivered).
+  answers that *completed* within the step, after its first quarter (answers lag arrivals by a
+  latency, so a change of rate takes a moment to show) / those seconds: what the target delivered.
 - Percentiles are exact (every sample is kept), by linear interpolation between closest ranks.
 - **Knee** (step test): the first step k >= 1 where achieved throughput stops rising with offered
   load (achieved < (1 - lag tolerance) x offered, or achieved did not rise above step k-1), or P95
@@ -92,11 +93,15 @@ def _rate(n: float, seconds: float) -> float:
 
 
 def summarize(results: Sequence[Result], start: float, end: float, *, completions: Optional[Sequence[Result]] = None,
-              now: Optional[float] = None) -> Dict[str, Any]:
+              now: Optional[float] = None, settle: float = 0.0) -> Dict[str, Any]:
     """Figures of the requests planned in [start, end). ``completions`` (default: ``results``) are
-    the requests whose completions count toward achieved RPS within [start, end). With ``now``
-    (a live view), unfinished requests count with their age so far as a lower bound of latency."""
+    the requests whose completions count toward achieved RPS, over [start + settle, end): after a
+    change of rate, answers lag the arrivals by a latency, so the first ``settle`` seconds are left
+    out. With ``now`` (a live view), unfinished requests count with their age so far as a lower
+    bound of latency."""
     duration = end - start
+    settle = min(max(settle, 0.0), duration / 2)
+    counted_from, counted = start + settle, duration - settle
     latencies, ttfts, tpots, lags = [], [], [], []
     ok = errors = unfinished = out_tokens = 0
     error_kinds: Dict[str, int] = {}
@@ -122,10 +127,11 @@ def summarize(results: Sequence[Result], start: float, end: float, *, completion
             key = r.error if len(r.error) <= 80 else r.error[:77] + "..."
             error_kinds[key] = error_kinds.get(key, 0) + 1
     done = ok + errors
-    achieved = 0
+    achieved = out_counted = 0
     for r in (results if completions is None else completions):
-        if r.end is not None and r.error is None and start <= r.end < end:
+        if r.end is not None and r.error is None and counted_from <= r.end < end:
             achieved += 1
+            out_counted += r.output_tokens
     return {
         "planned": len(results),
         "sent": sum(1 for r in results if r.sent is not None),
@@ -134,10 +140,9 @@ def summarize(results: Sequence[Result], start: float, end: float, *, completion
         "unfinished": unfinished,
         "error_rate": round(errors / done, 6) if done else 0.0,
         "offered_qps": _rate(len(results), duration),
-        "achieved_rps": _rate(achieved, duration),
+        "achieved_rps": _rate(achieved, counted),
         "output_tokens": out_tokens,
-        "output_tps": _rate(sum(r.output_tokens for r in (results if completions is None else completions)
-                                if r.ok and start <= r.end < end), duration),
+        "output_tps": _rate(out_counted, counted),
         "e2e_ms": distribution_ms(latencies),
         "ttft_ms": distribution_ms(ttfts),
         "tpot_ms": distribution_ms(tpots),

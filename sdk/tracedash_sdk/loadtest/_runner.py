@@ -24,6 +24,7 @@ from ._report import REPORT_VERSION, KneeRule, Result, burst_recovery, summarize
 from ._scenario import RequestMix
 
 LIVE_WINDOW_S = 2.0
+SETTLE_FRACTION = 0.25  # achieved RPS of a step is counted over its last three quarters
 UNFINISHED = "unfinished when the test ended (still running after the drain timeout)"
 
 
@@ -218,7 +219,8 @@ class LoadTest:
 
     # ---- live figures ---------------------------------------------------------------------------
     def _step_summary(self, seg: Segment, now: Optional[float] = None) -> dict:
-        out = summarize(self.by_step.get(seg.index, []), seg.start, seg.end, completions=self.results, now=now)
+        out = summarize(self.by_step.get(seg.index, []), seg.start, seg.end, completions=self.results, now=now,
+                        settle=SETTLE_FRACTION * seg.duration)
         out.update(index=seg.index, label=seg.label, kind=seg.kind, start_s=round(seg.start, 6),
                    duration_s=seg.duration, target_qps=round(seg.mean_qps, 6))
         return out
