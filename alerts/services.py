@@ -148,6 +148,7 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         rules_qs = rules_qs.filter(project_id__in=project_ids)
     rules = list(rules_qs)
     report.rules = len(rules)
+    _disabled_rules_settle(now, project_ids, report)
     if not rules:
         return
     by_fetch: dict[tuple, list[AlertRule]] = defaultdict(list)
@@ -242,6 +243,35 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         report.notifications = _notifications_plan(rules, report.errors, now)
         if changed_projects:
             transaction.on_commit(lambda: _push_live(sorted(changed_projects)))
+
+
+def _disabled_rules_settle(now: datetime, project_ids: list[int] | None, report: RoundReport) -> None:
+    """A disabled rule's firing series resolve (and pending ones go inactive) at once, with a
+    history entry, so nothing keeps showing as firing for a rule nobody evaluates."""
+    active = AlertSeries.objects.filter(rule__enabled=False, state__in=[PENDING, FIRING])
+    if project_ids is not None:
+        active = active.filter(project_id__in=project_ids)
+    rows = list(active)
+    if not rows:
+        return
+    events = []
+    for series in rows:
+        to_state = RESOLVED if series.state == FIRING else "inactive"
+        events.append(AlertEvent(project_id=series.project_id, rule_id=series.rule_id, series_key=series.key,
+                                 labels=series.labels, from_state=series.state, to_state=to_state, value=None,
+                                 reason="rule disabled", at=now))
+        series.state = to_state
+        series.resolved_at = now if to_state == RESOLVED else series.resolved_at
+        series.active_since = None
+        series.acknowledged_at = None
+        series.acknowledged_by_id = None
+        series.updated_at = now
+    with transaction.atomic():
+        _series_update_many(rows)
+        AlertEvent.objects.bulk_create(events)
+        projects = sorted({s.project_id for s in rows})
+        transaction.on_commit(lambda: _push_live(projects))
+    report.transitions += len(events)
 
 
 _UPDATE_FIELDS = (*_STATE_FIELDS, "labels", "updated_at", "acknowledged_at", "acknowledged_by")

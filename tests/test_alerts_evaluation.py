@@ -434,3 +434,17 @@ def test_a_dead_holders_lease_expires():
     assert services.lease_acquire(holder="dead")
     EvaluationLease.objects.filter(name=services.LEASE_NAME).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert services.lease_acquire(holder="alive")
+
+
+def test_disabling_a_firing_rule_resolves_its_series(project):
+    rule = gpu_rule(project)
+    insert_samples([sample(project.pk, T0 - timedelta(seconds=1), mem_pct=90)])
+    evaluate(T0)
+    assert states(rule) == {"host=gpu-1,gpu=0": "firing"}
+    AlertRule.objects.filter(pk=rule.pk).update(enabled=False)
+    evaluate(T0 + timedelta(seconds=5))
+    assert states(rule) == {"host=gpu-1,gpu=0": "resolved"}
+    assert AlertEvent.objects.filter(rule=rule).first().reason == "rule disabled"
+    from alerts.selectors import alerts_firing
+
+    assert alerts_firing(project_id=project.pk) == []
