@@ -153,11 +153,14 @@ def test_find_next_previous_and_keyboard_navigation(page, asgi_server, make_user
     log_in(page, asgi_server, user.username)
     open_trace(page, asgi_server, tid)
     name = page.locator("#wf-detail-body .wf-detail-name")
+    page.keyboard.press("ArrowDown")  # nothing focused yet: the arrows still drive the waterfall
+    expect(name).to_have_text("agent.run")
+    expect(page.locator("#wf-list")).to_be_focused()
 
     page.click("#wf-collapse-all")  # find opens collapsed parents
     page.keyboard.press("/")
     expect(page.locator("#wf-find")).to_be_focused()
-    page.keyboard.type("search")  # "tool call" is found by its name? no: matches name/attributes
+    page.keyboard.type("search")
     page.keyboard.press("Enter")
     expect(name).to_have_text("search backend")
     expect(page.locator("#wf-find-count")).to_have_text("1 / 1")

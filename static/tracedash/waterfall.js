@@ -500,12 +500,21 @@
   $("wf-find-prev").addEventListener("click", () => gotoMatch(-1));
 
   // --- keyboard ----------------------------------------------------------------------------------
+  const NAV_KEYS = new Set(["ArrowDown", "ArrowUp", "ArrowLeft", "ArrowRight", "Enter", "Home", "End"]);
   document.addEventListener("keydown", (e) => {
     const typing = e.target instanceof HTMLInputElement || e.target instanceof HTMLTextAreaElement;
-    if (e.key === "/" && !typing) { e.preventDefault(); findInput.focus(); findInput.select(); }
+    if (e.key === "/" && !typing) { e.preventDefault(); findInput.focus(); findInput.select(); return; }
+    // Nothing focused yet (the page just opened): the arrows drive the waterfall.
+    if (e.target === document.body && NAV_KEYS.has(e.key) && !e.altKey && !e.ctrlKey && !e.metaKey) {
+      list.focus({ preventScroll: true });
+      navigate(e);
+    }
   });
   list.addEventListener("keydown", (e) => {
     if (e.target instanceof HTMLInputElement) return;
+    navigate(e);
+  });
+  function navigate(e) {
     const pos = selected >= 0 ? positionOf(selected) : -1;
     const s = selected >= 0 ? spans[selected] : null;
     let handled = true;
@@ -528,7 +537,7 @@
       default: handled = false;
     }
     if (handled) e.preventDefault();
-  });
+  }
 
   // --- live: spans of this trace that arrive while the page is open --------------------------------
   function listen() {
