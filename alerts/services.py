@@ -200,6 +200,7 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
                 if value is None:
                     continue
                 series = AlertSeries(rule=rule, project_id=rule.project_id, key=key, labels=labels)
+                mine[key] = series
                 new = True
             else:
                 new = False
@@ -210,6 +211,7 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
             if after.stale and after.state != FIRING and not new and transition is None and \
                     series.last_seen_at and now - series.last_seen_at >= timedelta(seconds=PRUNE_SECONDS):
                 deletes.append(series.id)
+                del mine[key]
                 continue
             if not dirty:
                 continue
@@ -240,7 +242,7 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         if events:
             AlertEvent.objects.bulk_create(events, batch_size=500)
         _rules_health_save(rules, report.errors, now)
-        report.notifications = _notifications_plan(rules, report.errors, now)
+        report.notifications = _notifications_plan(rules, report.errors, now, existing)
         if changed_projects:
             transaction.on_commit(lambda: _push_live(sorted(changed_projects)))
 
@@ -352,7 +354,8 @@ def _payload(rule: AlertRule, channel: NotificationChannel, firing: list[AlertSe
     }
 
 
-def _notifications_plan(rules: list[AlertRule], errors: dict[int, str], now: datetime) -> list[int]:
+def _notifications_plan(rules: list[AlertRule], errors: dict[int, str], now: datetime,
+                        series_by_rule: dict[int, dict]) -> list[int]:
     """Alertmanager's grouping, per (rule, channel): the first notification of a group after
     ``group_wait``; a change (new firing series, resolved ones) at most every ``group_interval``;
     an unchanged firing group again after ``repeat_interval`` unless every alert is acknowledged.
@@ -368,9 +371,6 @@ def _notifications_plan(rules: list[AlertRule], errors: dict[int, str], now: dat
     rules_used = [r for r in with_channels if channels_by_rule.get(r.pk)]
     if not rules_used:
         return []
-    series_by_rule: dict[int, dict[str, AlertSeries]] = defaultdict(dict)
-    for s in AlertSeries.objects.filter(rule__in=[r.pk for r in rules_used]):
-        series_by_rule[s.rule_id][s.key] = s
     groups = {(g.rule_id, g.channel_id): g for g in NotificationGroup.objects.filter(rule__in=[r.pk for r in rules_used])}
     silences_by_project: dict[int, list[Silence]] = defaultdict(list)
     for silence in Silence.objects.filter(project_id__in={r.project_id for r in rules_used}, starts_at__lte=now, ends_at__gt=now):
