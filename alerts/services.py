@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from . import metrics, notifiers
 from .models import (AlertEvent, AlertRule, AlertSeries, DeliveryAttempt, EvaluationLease, Notification,
-                     NotificationChannel, NotificationGroup, SeriesState, Silence)
+                     NotificationChannel, NotificationGroup, Silence)
 from .silences import matchers_validate, silenced
 from .state_machine import FIRING, PENDING, RESOLVED, RuleSpec, State, step
 
