@@ -36,6 +36,9 @@ def test_trace_get_returns_tree_figures_and_critical_path(project_with_key):
     assert by_name["chat"].attributes == {"http.route": "/v1/chat", "user.tier": "pro"}
     assert by_name["inference"].events[0]["name"] == "first_token"
     assert by_name["inference"].events[0]["time_ns"] == spans[3]["start_time"] + 210 * MS
+    import gc
+
+    assert gc.isenabled()  # paused while the trace was built, and back on
     # All five are on the critical path: the phases run one after another.
     assert {seg[0] for seg in detail.critical_path} == {sp.span_id for sp in detail.spans}
     assert sum(hi - lo for _, lo, hi in detail.critical_path) == 1200 * MS
