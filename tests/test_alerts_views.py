@@ -179,3 +179,23 @@ async def _live(make_user, project_with_key):
     assert [(a["rule"], a["series"]) for a in event["firing"]] == [("live", f"host=h{XSS},gpu=0")]
     json.dumps(event)
     await socket.disconnect()
+
+
+@pytest.mark.clickhouse
+@pytest.mark.django_db
+def test_a_failed_round_is_shown_on_the_page(member, monkeypatch):
+    from alerts import services
+
+    client, project, _ = member
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("metadata database went away")
+
+    monkeypatch.setattr(services, "_disabled_rules_settle", broken)
+    with pytest.raises(RuntimeError):
+        alerts_evaluate_round(deliver="none")
+    html = client.get("/alerts/").content.decode()
+    assert "failed: RuntimeError: metadata database went away" in html
+    monkeypatch.undo()
+    alerts_evaluate_round(deliver="none")
+    assert "failed:" not in client.get("/alerts/").content.decode()
