@@ -9,8 +9,11 @@ window's requests; a phase's percentiles are over the requests that spent time i
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Callable
 
 from store import get_store
 
@@ -262,3 +265,24 @@ def attribute_values(*, project_id: int, start: datetime, end: datetime, key: st
         _params(project_id, start, end, "", "", attr_key=key, limit=limit),
         tag="dashboard.panel_selectors.attribute_values").dicts()[0]
     return sorted(v for v in r["vals"] if v)
+
+
+# A page's reads are independent: run them side by side. A query releases the GIL while
+# ClickHouse works, and the store keeps one connection per thread, so the page waits about as
+# long as its slowest read instead of the sum. The pool lives as long as the process, so its
+# threads' connections are reused.
+_POOL_WORKERS = 6
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def reads_concurrently(**reads: Callable[[], object]) -> dict[str, object]:
+    """``{name: read()}`` for zero-argument reads, run on the shared pool; the first error raised
+    by a read is raised here (after the others finish)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=_POOL_WORKERS, thread_name_prefix="panel-read")
+    futures = {name: _pool.submit(read) for name, read in reads.items()}
+    wait(futures.values())
+    return {name: future.result() for name, future in futures.items()}

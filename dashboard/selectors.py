@@ -234,8 +234,11 @@ HOST_METRICS = ("cpu_percent", "memory_percent")
 GPU_METRICS = ("gpu_utilization", "gpu_memory_percent", "gpu_temperature", "gpu_power_watts")
 
 
+RESOURCE_POINTS = 240  # buckets per resource chart at most
+
+
 def resources_series(*, project_id: int, start: datetime, end: datetime, host: str = "",
-                     points: int = 240, max_processes: int = 12) -> ResourceSeries:
+                     points: int = RESOURCE_POINTS, max_processes: int = 12) -> ResourceSeries:
     """Host and GPU figures of the project over ``[start, end)``, in buckets sized so the range
     has at most ``points`` of them; buckets without a sample (or samples without the figure) are
     ``None``: a gap in the chart, never 0 (DOMAIN.md)."""

@@ -56,12 +56,18 @@ def _firing_alerts(project_id: int) -> list[dict]:
     return alerts_firing_payload(project_id=project_id)
 
 
-def _resources_panel(project_id: int, window: TimeWindow, host: str) -> dict:
-    series = selectors.resources_series(project_id=project_id, start=window.start, end=window.end, host=host)
-    load = selectors.traces_load_series(project_id=project_id, start=window.start, end=window.end,
-                                        step=series.step_seconds)
-    return {"series": series, "load": load,
-            "figures": panels.resources_figures(series, load, alerts=_firing_alerts(project_id))}
+def _resources_panel(project_id: int, window: TimeWindow, host: str, *, latest: bool = False) -> dict:
+    step = selectors.bucket_seconds(start=window.start, end=window.end, points=selectors.RESOURCE_POINTS)
+    reads = {
+        "series": lambda: selectors.resources_series(project_id=project_id, start=window.start, end=window.end,
+                                                     host=host),
+        "load": lambda: selectors.traces_load_series(project_id=project_id, start=window.start, end=window.end,
+                                                     step=step),
+    }
+    if latest:
+        reads["latest"] = lambda: selectors.resources_latest(project_id=project_id)
+    r = panel_selectors.reads_concurrently(**reads)
+    return {**r, "figures": panels.resources_figures(r["series"], r["load"], alerts=_firing_alerts(project_id))}
 
 
 @login_required
@@ -71,8 +77,7 @@ def resources_latest(request):
     host = request.GET.get("host", "")[:256]
 
     def select(project_id):
-        return {"latest": selectors.resources_latest(project_id=project_id),
-                **_resources_panel(project_id, window, host)}
+        return _resources_panel(project_id, window, host, latest=True)
 
     return _project_page(request, "dashboard/resources.html", "panel", select, window=window, host=host,
                          presets=PRESETS, gpu_memory_threshold=GPU_MEMORY_THRESHOLD, cpu_threshold=CPU_THRESHOLD)
@@ -146,14 +151,16 @@ def _panel_filters(request) -> tuple[FilterBar, dict[str, str]]:
 
 def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
-    now = rollups.window_stats(**args)
     previous = window.previous()
-    before = rollups.window_stats(**{**args, "start": previous.start, "end": previous.end})
-    series = rollups.window_series(**args)
-    heatmap = rollups.latency_heatmap(**args)
-    return {"stats": now, "previous": before, "series": series, "kpis": panels.overview_kpis(now, before),
-            "figures": panels.overview_figures(series, heatmap, filters=filters),
-            "facets": panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end)}
+    r = panel_selectors.reads_concurrently(
+        now=lambda: rollups.window_stats(**args),
+        before=lambda: rollups.window_stats(**{**args, "start": previous.start, "end": previous.end}),
+        series=lambda: rollups.window_series(**args),
+        heatmap=lambda: rollups.latency_heatmap(**args),
+        facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end))
+    return {"stats": r["now"], "previous": r["before"], "series": r["series"],
+            "kpis": panels.overview_kpis(r["now"], r["before"]),
+            "figures": panels.overview_figures(r["series"], r["heatmap"], filters=filters), "facets": r["facets"]}
 
 
 @login_required
@@ -215,16 +222,19 @@ def overview_json(request):
 
 def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
-    now = rollups.window_stats(**args)
     previous = window.previous()
-    before = rollups.window_stats(**{**args, "start": previous.start, "end": previous.end})
-    series = rollups.window_series(**args)
-    spend = rollups.spend_by_model(**args)
-    projection = rollups.spend_projection(project_id=project_id, **filters)  # DOMAIN.md: last 7 days × 30 / 7
-    return {"stats": now, "previous": before, "series": series, "kpis": panels.costs_kpis(now, before),
+    r = panel_selectors.reads_concurrently(
+        now=lambda: rollups.window_stats(**args),
+        before=lambda: rollups.window_stats(**{**args, "start": previous.start, "end": previous.end}),
+        series=lambda: rollups.window_series(**args),
+        spend=lambda: rollups.spend_by_model(**args),
+        projection=lambda: rollups.spend_projection(project_id=project_id, **filters),  # last 7 days × 30 / 7
+        facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end))
+    projection = r["projection"]
+    return {"stats": r["now"], "previous": r["before"], "series": r["series"],
+            "kpis": panels.costs_kpis(r["now"], r["before"]),
             "projected_monthly_usd": projection.projected_monthly, "projection_basis_usd": projection.cost_last_7_days,
-            "figures": panels.costs_figures(series, spend, filters=filters),
-            "facets": panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end)}
+            "figures": panels.costs_figures(r["series"], r["spend"], filters=filters), "facets": r["facets"]}
 
 
 @login_required
@@ -272,15 +282,20 @@ def costs_json(request):
 
 
 def _compare(project_id: int, query) -> dict:
-    a = compare_side_stats(project_id=project_id, side=query.a, service=query.service)
-    b = compare_side_stats(project_id=project_id, side=query.b, service=query.service)
     window = query.window
+    reads = {
+        "a": lambda: compare_side_stats(project_id=project_id, side=query.a, service=query.service),
+        "b": lambda: compare_side_stats(project_id=project_id, side=query.b, service=query.service),
+        "facets": lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end),
+    }
+    if query.mode == "attribute":
+        reads["attribute_values"] = lambda: panel_selectors.attribute_values(
+            project_id=project_id, start=window.start, end=window.end, key=query.attribute_key)
+    r = panel_selectors.reads_concurrently(**reads)
+    a, b = r["a"], r["b"]
     return {"a": a, "b": b, "rows": compare_rows(a, b),
             "figures": panels.compare_figures(a, b, label_a=query.a.label, label_b=query.b.label),
-            "facets": panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end),
-            "attribute_values": panel_selectors.attribute_values(project_id=project_id, start=window.start,
-                                                                 end=window.end, key=query.attribute_key)
-            if query.mode == "attribute" else []}
+            "facets": r["facets"], "attribute_values": r.get("attribute_values", [])}
 
 
 @login_required

@@ -115,3 +115,19 @@ def test_overview_filters_change_the_numbers_and_bad_input_is_a_clear_error(clie
     stranger = make_user()
     client.force_login(stranger)
     assert client.get(f"/?project={seeded['project'].pk}").status_code == 404
+
+
+def test_store_down_is_a_503_page_and_json_error(client, seeded, monkeypatch):
+    from dashboard import rollups
+    from store import StoreError
+
+    def down(**kwargs):
+        raise StoreError("connection refused", tag="tests")
+
+    monkeypatch.setattr(rollups, "window_series", down)
+    client.force_login(seeded["user"])
+    page = client.get("/?range=1h")
+    assert page.status_code == 503 and "trace store is unavailable" in page.content.decode()
+    body = client.get("/overview.json?range=1h")
+    assert body.status_code == 503 and body.json()["error"]["code"] == "store_unavailable"
+    assert client.get("/costs/?range=1h").status_code == 503
