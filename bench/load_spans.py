@@ -114,9 +114,10 @@ class Generator:
                 extra["cost_usd"] = (tokens_in * price_in + tokens_out * price_out) / 1_000_000
         return self._span(trace_id, parent, "llm.chat", "inference", "llm-proxy", start, duration, **extra)
 
-    def trace(self, index: int) -> list[dict]:
+    def trace(self, position: float) -> list[dict]:
+        """One trace starting at ``position`` (0..1) of the time range, give or take one step."""
         rng = self.rng
-        start = self.start_ns + int(index * self.step_ns + rng.random() * self.step_ns)
+        start = min(self.end_ns - 1, self.start_ns + int(position * (self.end_ns - self.start_ns) + rng.random() * self.step_ns))
         trace_id = f"{rng.getrandbits(128):032x}"
         route = rng.choices(self.route_names, self.route_weights)[0]
         if self.session_left <= 0:
@@ -223,7 +224,7 @@ def progress(done: int, total: int, started: float, label: str) -> None:
 def load(*, store: Store, spans_wanted: int, days: float, batch: int, seed: int, now_ns: int) -> dict:
     """Generate and insert; the insert of one batch (chdb releases the GIL while it writes) runs in
     a second thread while the next batch is generated."""
-    traces_planned = max(1, spans_wanted // 9)
+    traces_planned = max(1, spans_wanted // 8)  # ~8.5 spans a trace; only sets the start-time jitter
     gen = Generator(seed=seed, start_ns=now_ns - int(days * 86400 * NS), end_ns=now_ns, traces=traces_planned)
     prices = {name: (p_in, p_out) for name, p_in, p_out, _ in MODELS}
     version = time.time_ns()
@@ -243,12 +244,11 @@ def load(*, store: Store, spans_wanted: int, days: float, batch: int, seed: int,
         done["traces"] += len(traces)
         progress(done["spans"], spans_wanted, started, "spans")
 
-    generated, index = 0, 0
+    generated = 0
     with ThreadPoolExecutor(max_workers=1) as pool:
         while generated < spans_wanted:
             t0 = time.perf_counter()
-            rows = gen.trace(index)[: spans_wanted - generated]
-            index += 1
+            rows = gen.trace(generated / spans_wanted)[: spans_wanted - generated]
             t1 = time.perf_counter()
             trace_rows.append(summary_row(rows, prices=prices, version=version))
             timings["generate_s"] += t1 - t0

@@ -30,6 +30,7 @@ if not os.path.exists(CHROMIUM):
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
+from tests.explorer_seed import summary_insert  # noqa: E402
 from tests.spans import llm_trace  # noqa: E402  (asgi_server: tests/conftest.py)
 
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
@@ -132,6 +133,7 @@ def test_login_then_traces_list_shows_hostile_names_as_text(page, asgi_server, m
     spans = llm_trace(name=XSS_NAME, service=XSS_SERVICE)
     trace_id = spans[0]["trace_id"]
     post_spans(asgi_server, key, spans)
+    summary_insert(project_id=project.pk, spans=spans)  # what the summariser writes seconds later
 
     page.goto(f"{asgi_server.url}/traces/")
     expect(page).to_have_url(re.compile(r"/login/\?next=/traces/$"))
@@ -147,10 +149,11 @@ def test_login_then_traces_list_shows_hostile_names_as_text(page, asgi_server, m
 
     row = page.locator(f'tr[data-trace-id="{trace_id}"]')
     expect(row).to_be_visible()
-    expect(row.locator("td").nth(0)).to_have_text(trace_id)
+    expect(row.locator("td").nth(0).locator("a")).to_have_attribute("href", f"/traces/{trace_id}/")
+    expect(row.locator("td").nth(0)).to_have_text(trace_id[:12] + "…")
     expect(row.locator("td").nth(1)).to_have_text(XSS_NAME)  # shown literally, i.e. escaped
     expect(row.locator("td").nth(2)).to_have_text(XSS_SERVICE)
-    expect(row.locator("td").nth(6)).to_have_text("5")
+    expect(row.locator("td").nth(10)).to_have_text("5")  # spans
     expect(page.locator("header .user")).to_have_text("alice")
     expect(page.locator(".project-switch select option:checked")).to_have_text("shop")
     assert row.locator("img, script").count() == 0
@@ -163,28 +166,29 @@ def test_login_then_traces_list_shows_hostile_names_as_text(page, asgi_server, m
     assert (ARTIFACTS / "traces.png").stat().st_size > 0
 
 
-def test_live_banner_counts_spans_ingested_while_the_page_is_open(page, asgi_server, make_user, project_with_key):
+def test_traces_summarised_while_the_page_is_open_appear_at_the_top(page, asgi_server, make_user, project_with_key):
     bob = make_user("bob", password=PASSWORD)
     project, key = project_with_key("live", members=[bob])
-    post_spans(asgi_server, key, llm_trace(name="first"))  # so the page shows the table
+    first = llm_trace(name="first")
+    post_spans(asgi_server, key, first)
+    summary_insert(project_id=project.pk, spans=first)
     log_in(page, asgi_server, "bob")
     expect(page.locator("table.traces tbody tr")).to_have_count(1)
-    banner = page.locator("#live-banner")
-    expect(banner).to_be_hidden()
 
-    page.wait_for_function("window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
-    assert page.watch.websockets == [f"{asgi_server.ws_url}/ws/projects/{project.pk}/traces/"]
+    page.wait_for_function("window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
+    assert f"{asgi_server.ws_url}/ws/projects/{project.pk}/traces/" in page.watch.websockets
 
-    post_spans(asgi_server, key, llm_trace(name="second"))
-    expect(banner).to_be_visible()
-    expect(page.locator("#live-count")).to_have_text("5")
-
-    # A partial second batch adds to the count; the list itself changes only on reload.
+    # Ingested, then summarised: the page asks for the announced traces that match its query.
+    second = llm_trace(name="second", start_ns=time.time_ns() - 1_000_000_000)
+    post_spans(asgi_server, key, second)
+    summary_insert(project_id=project.pk, spans=second)
+    expect(page.locator("table.traces tbody tr")).to_have_count(2)
+    expect(page.locator("table.traces tbody tr").first).to_have_attribute("data-trace-id", second[0]["trace_id"])
+    expect(page.locator("table.traces tbody tr").first.locator("td").nth(1)).to_have_text("second")
+    # Spans whose trace is never summarised add no row.
     post_spans(asgi_server, key, llm_trace(name="third")[:2])
-    expect(page.locator("#live-count")).to_have_text("7")
-    expect(page.locator("table.traces tbody tr")).to_have_count(1)
-    page.get_by_role("link", name="Show them").click()
-    expect(page.locator("table.traces tbody tr")).to_have_count(3)
+    page.wait_for_timeout(4000)
+    expect(page.locator("table.traces tbody tr")).to_have_count(2)
     expect(page.locator("#live-banner")).to_be_hidden()
     assert page.watch.dialogs == [] and page.watch.page_errors == []
 
@@ -194,7 +198,7 @@ def test_pages_make_no_external_requests(page, asgi_server, make_user, project_w
     _, key = project_with_key("own-origin", members=[carol])
     post_spans(asgi_server, key, llm_trace())
     log_in(page, asgi_server, "carol")
-    page.wait_for_function("window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
+    page.wait_for_function("window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
     page.wait_for_load_state("networkidle")
 
     origins = (asgi_server.url + "/", asgi_server.ws_url + "/")

@@ -43,19 +43,19 @@
     const tr = el("tr", { "data-trace-id": row.trace_id, "data-start-ns": String(row.start_ns) });
     if (row.status === "error") tr.className = "is-error";
     const idCell = el("td");
-    const link = el("a", { class: "trace-link", href: `/traces/${row.trace_id}/` });
-    link.appendChild(el("code", {}, row.trace_id));
+    const link = el("a", { class: "trace-link", href: `/traces/${row.trace_id}/`, title: row.trace_id });
+    link.appendChild(el("code", {}, `${row.trace_id.slice(0, 12)}…`));
     idCell.appendChild(link);
     tr.appendChild(idCell);
     const root = td(row.root_name);
+    root.title = row.root_name;
     if (!row.has_root) {
       root.appendChild(document.createTextNode(" "));
       root.appendChild(el("span", { class: "tag", title: "The root span has not arrived; duration is the extent of the spans received." }, "no root"));
     }
     tr.appendChild(root);
-    tr.appendChild(td(row.service));
-    tr.appendChild(td(row.model));
-    tr.appendChild(td(utc(row.start)));
+    [row.service, row.model].forEach((text) => { const cell = td(text); cell.title = text; tr.appendChild(cell); });
+    tr.appendChild(td(utc(row.start), "nowrap"));
     tr.appendChild(td(`${row.duration_ms.toFixed(1)} ms`, "num"));
     const ttft = td(row.ttft_ms === null ? "" : `${row.ttft_ms.toFixed(1)} ms`, "num");
     if (row.ttft_ms === null) ttft.appendChild(dash());
