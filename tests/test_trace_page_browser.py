@@ -99,12 +99,21 @@ def test_waterfall_collapse_select_deep_link_and_zoom(page, asgi_server, make_us
     expect(detail.locator(".wf-detail-name")).to_have_text("llm.chat")
     expect(detail.locator(".wf-prompt-text").first).to_have_text("4")  # completion sorts before prompt
     expect(detail.locator(".wf-prompt-text").nth(1)).to_have_text("What is 2+2?")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=asgi_server.url)
+    copy = detail.locator(".wf-prompt").nth(1).locator("button.wf-copy")
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == "What is 2+2?"
+    detail.locator(".wf-prompt").nth(1).locator("summary").click(position={"x": 5, "y": 5})  # collapsible
+    expect(detail.locator(".wf-prompt-text").nth(1)).to_be_hidden()
     expect(detail.locator("table.attributes")).to_contain_text("temperature")
     expect(detail.locator(".wf-events")).to_contain_text("first_token")
     expect(detail.locator(".wf-events")).to_contain_text("+120.0 ms into the span")
     link = page.input_value("#wf-span-link")
     assert link.endswith(f"span={ids['llm']}") and f"project={project.pk}" in link
     assert page.url == link
+    page.click("#wf-copy-link")
+    assert page.evaluate("navigator.clipboard.readText()") == link
     page.click(f'.wf-row[data-span-id="{ids["answer"]}"]')
     expect(detail.locator(".wf-status-message")).to_have_text("Status message: formatter crashed")
 
