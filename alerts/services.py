@@ -107,6 +107,15 @@ _STATE_FIELDS = ("state", "value", "no_data", "active_since", "fired_at", "resol
                  "last_seen_at", "missing_since")
 
 
+RULE_SERIES_KEY = ""  # a rule's own series: "no data at all" under the `alert` missing-data policy
+
+
+def _scope_labels(rule: AlertRule) -> dict:
+    scope = {"host": rule.host, "gpu": "" if rule.gpu_index is None else str(rule.gpu_index),
+             "service": rule.service, "model": rule.model}
+    return {k: v for k, v in scope.items() if v}
+
+
 def _fetch_key(rule: AlertRule) -> tuple:
     source = metrics.source_of(rule.metric)
     return (rule.project_id, source, rule.window_seconds, rule.model if source == "spans" else "")
@@ -191,13 +200,22 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         candidates = by_host[fetch_key].get(rule.host, []) if rule.host else fetched[fetch_key]
         values = metrics.rule_values(rule, candidates)
         mine = existing[rule.pk]
+        watching = spec
+        if rule.missing_data == "alert":
+            # Nothing matches the scope at all (no host, GPU or service ever reported, or all
+            # are gone): the rule's own series (key "") carries the no-data alert; it resolves
+            # once real series exist again.
+            if not values:
+                values = {RULE_SERIES_KEY: (_scope_labels(rule), None)}
+            elif RULE_SERIES_KEY in mine:
+                watching = RuleSpec(**{**spec.__dict__, "missing_data": "resolve"})
         for key in values.keys() | mine.keys():
             labels, value = values.get(key, (None, None))
             series = mine.get(key)
             before = _state_of(series) if series is not None else State()
-            after, transition = step(spec, before, value, now)
+            after, transition = step(watching if key == RULE_SERIES_KEY else spec, before, value, now)
             if series is None:
-                if value is None:
+                if value is None and key != RULE_SERIES_KEY:
                     continue
                 series = AlertSeries(rule=rule, project_id=rule.project_id, key=key, labels=labels)
                 mine[key] = series

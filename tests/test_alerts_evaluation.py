@@ -448,3 +448,27 @@ def test_disabling_a_firing_rule_resolves_its_series(project):
     from alerts.selectors import alerts_firing
 
     assert alerts_firing(project_id=project.pk) == []
+
+
+def test_alert_policy_fires_when_nothing_reports_at_all_and_resolves_when_data_comes(project, hook):
+    rule = rule_create(project=project, name="checkout traffic", metric="request_rate", aggregation="window",
+                       window_seconds=60, comparator="lt", threshold=0.05, service="checkout", missing_data="alert",
+                       channels=[webhook(project, hook)])
+    evaluate(T0)
+    assert states(rule) == {"": "firing"}
+    assert hook.requests[0].json["alerts"][0]["noData"] is True
+    assert hook.requests[0].json["alerts"][0]["labels"]["service"] == "checkout"
+    rows = []
+    for i in range(10):
+        rows += request(project.pk, start=T0 + timedelta(seconds=i), e2e_ms=50, service="checkout")
+    insert_spans(rows)
+    evaluate(T0 + timedelta(seconds=20))
+    assert states(rule) == {"": "resolved", "service=checkout": "inactive"}
+    assert [r.json["status"] for r in hook.requests] == ["firing", "resolved"]
+
+
+def test_other_policies_do_not_invent_a_series_without_data(project):
+    rule = gpu_rule(project, missing_data="keep_last")
+    resolve = gpu_rule(project, name="resolve", missing_data="resolve")
+    evaluate(T0)
+    assert states(rule) == {} and states(resolve) == {}
