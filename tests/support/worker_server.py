@@ -10,7 +10,7 @@ queue of a Redis broker, with Celery beat embedded (``-B``) running the entries 
 Usage (``python tests/support/worker_server.py --help``):
 
     python tests/support/worker_server.py --broker redis://127.0.0.1:6379/5 --queue q-<uuid> \
-        --beat alerts-evaluate --setup tests.support.worker_setup:alerts_project \
+        --beat alerts-evaluate --setup tests.alerts_support:alerts_project \
         --setup-json '{"webhook_url": "http://127.0.0.1:PORT/hook"}'
 
 Environment: whatever the caller passes (e.g. ``TRACEDASH_ALERTS_EVALUATE_SECONDS=1``); this
