@@ -325,6 +325,44 @@ def endpoint_p50(*, project_id: int, service: str, root_name: str, since_seconds
     return Baseline(label=f"P50 of {service} · {root_name} (last {hours:g} h, {count} traces)", traces=count, figures=figures)
 
 
+_ENDPOINT_RECENT_SQL = """
+SELECT trace_id, toUnixTimestamp64Nano(start_time) AS start_ns, e2e_ns, status
+FROM (
+    SELECT trace_id, start_time, e2e_ns, status FROM traces
+    WHERE project_id = {project_id:UInt64}
+      AND start_time >= fromUnixTimestamp64Nano({since_ns:Int64})
+      AND service = {service:String} AND root_name = {root_name:String} AND has_root = 1
+      AND trace_id != {trace_id:FixedString(32)}
+    ORDER BY version DESC
+    LIMIT 1 BY trace_id
+)
+ORDER BY start_time DESC
+LIMIT {limit:UInt32}
+"""
+
+
+@dataclass(frozen=True)
+class EndpointTrace:
+    trace_id: str
+    start_ns: int
+    e2e_ns: int
+    status: str
+
+
+def endpoint_recent_traces(*, project_id: int, trace_id: str, service: str, root_name: str,
+                           since_seconds: int = 24 * 3600, limit: int = 10) -> list[EndpointTrace]:
+    """Other recent traces of the same endpoint (service and root span name), newest first: the
+    candidates the trace page offers to compare with."""
+    rows = get_store().query(
+        _ENDPOINT_RECENT_SQL,
+        {"project_id": project_id, "trace_id": trace_id, "service": service, "root_name": root_name,
+         "since_ns": time.time_ns() - since_seconds * NS, "limit": limit},
+        tag="dashboard.trace_detail.endpoint_recent_traces",
+    ).dicts()
+    return [EndpointTrace(trace_id=r["trace_id"], start_ns=int(r["start_ns"]), e2e_ns=int(r["e2e_ns"]), status=r["status"])
+            for r in rows]
+
+
 @dataclass
 class CompareRow:
     figure: str

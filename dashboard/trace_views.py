@@ -4,6 +4,7 @@ page (``/traces/compare/``). Thin: they find the project, call ``trace_detail`` 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, JsonResponse
@@ -72,9 +73,19 @@ def trace_page(request, trace_id: str):
         return render(request, "dashboard/trace.html", {"store_error": STORE_DOWN, "trace_id": trace_id}, status=503)
     if detail is None:
         raise Http404("No such trace in your projects")
+    try:
+        candidates = [{"trace_id": t.trace_id, "start": datetime.fromtimestamp(t.start_ns / 1e9, tz=timezone.utc),
+                       "e2e_ms": t.e2e_ns / MS, "status": t.status}
+                      for t in trace_detail.endpoint_recent_traces(
+                          project_id=project.pk, trace_id=trace_id, service=detail.summary.service,
+                          root_name=detail.summary.root_name)] if detail.summary.has_root else []
+    except StoreError as exc:  # the page is still useful without the candidates
+        log.error("trace page: recent traces of the endpoint failed: %s", exc)
+        candidates = []
     return render(request, "dashboard/trace.html", {
         "trace_id": trace_id, "trace_project": project, "header": _header(detail),
         "trace_data": trace_detail.trace_json(detail, columnar=True), "phase_colors": PHASE_COLORS,
+        "compare_candidates": candidates,
     })
 
 

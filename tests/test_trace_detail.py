@@ -7,7 +7,7 @@ import time
 import pytest
 from django.urls import reverse
 
-from dashboard.trace_detail import endpoint_p50, trace_get, trace_json
+from dashboard.trace_detail import endpoint_p50, endpoint_recent_traces, trace_get, trace_json
 from tests.spans import llm_trace, span_id, trace_id
 from tests.trace_seed import insert_spans, seed
 
@@ -207,6 +207,12 @@ def test_compare_two_traces_and_against_endpoint_p50(client, make_user, project_
     for _ in range(3):
         seed(llm_trace(name="chat"), project_id=project.pk)
     seed(llm_trace(name="other-endpoint"), project_id=project.pk)
+
+    recent = endpoint_recent_traces(project_id=project.pk, trace_id=a, service="chat-api", root_name="chat")
+    assert len(recent) == 4 and a not in {t.trace_id for t in recent} and b in {t.trace_id for t in recent}
+    assert [t.start_ns for t in recent] == sorted((t.start_ns for t in recent), reverse=True)
+    other, _ = project_with_key()
+    assert endpoint_recent_traces(project_id=other.pk, trace_id=a, service="chat-api", root_name="chat") == []
 
     baseline = endpoint_p50(project_id=project.pk, service="chat-api", root_name="chat")
     assert baseline.traces == 5

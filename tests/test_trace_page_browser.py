@@ -341,6 +341,10 @@ def test_compare_with_another_trace_and_with_the_endpoint_p50(page, asgi_server,
     page.screenshot(path=str(ARTIFACTS / "trace-compare-p50.png"), full_page=True)
 
     open_trace(page, asgi_server, a)
+    recent = page.locator("#compare-recent")
+    recent.locator("summary").click()
+    expect(recent.locator("tr")).to_have_count(2)  # the endpoint's other traces, not this one
+    expect(recent.locator(f'tr[data-trace-id="{b}"]')).to_contain_text("2100.0 ms")
     page.fill(".compare-with input[name=b]", b)
     page.get_by_role("button", name="Compare").click()
     expect(table.locator("tr[data-figure=e2e_ns] td.diff")).to_have_text("+900.0 ms")
