@@ -88,12 +88,27 @@ def _select(exprs: dict[str, str], bucket: str) -> str:
     return ",\n    ".join(parts)
 
 
+# The latest summary of every trace that has a summary starting in [lo, hi): found by id (the
+# primary key), newest version first. Several times cheaper than ``traces FINAL`` (measured on chdb
+# with 1.1 M traces: 25 ms against 150 ms for ten minutes), and right when a newer summary moved a
+# trace out of the range (the caller filters the latest start again).
+_LATEST_TRACES = """SELECT project_id, trace_id, start_time, service, model, has_root, status, e2e_ns, input_tokens,
+        output_tokens, cost_usd, cost_estimated, ttft_ns, tpot_ns, network_ns, preprocess_ns, inference_ns,
+        postprocess_ns, other_ns
+    FROM traces
+    WHERE project_id = {project_id:UInt64} AND trace_id IN (
+        SELECT trace_id FROM traces WHERE project_id = {project_id:UInt64}
+          AND start_time >= fromUnixTimestamp64Nano({lo_ns:Int64}) AND start_time < fromUnixTimestamp64Nano({hi_ns:Int64}))
+    ORDER BY version DESC
+    LIMIT 1 BY trace_id"""
+
+
 def _recompute_sql(level: str) -> str:
     """INSERT the buckets of ``level`` listed in {buckets} (unix seconds, comma-joined) (all within
     [{lo}, {hi})), recomputed from their source, plus zero rows for keys no longer there."""
     table, _ = LEVELS[level]
     if level == "minute":
-        source = "traces FINAL"
+        source = f"({_LATEST_TRACES})"
         time_col, bucket = "start_time", "toStartOfMinute(start_time)"
         where_extra = " AND has_root = 1"
         exprs = _FROM_TRACES

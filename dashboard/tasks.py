@@ -14,7 +14,7 @@ def summarize_traces() -> dict:
     return {"projects": report.projects, "traces": report.traces, "spans": report.spans, "seconds": report.seconds}
 
 
-@shared_task(name="dashboard.tasks.update_rollups")
+@shared_task(name="dashboard.tasks.update_rollups", ignore_result=True)
 def update_rollups() -> dict:
     report = rollup_services.rollups_update()
     return {"projects": report.projects, "minutes": report.minutes, "hours": report.hours, "days": report.days,
