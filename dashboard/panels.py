@@ -189,6 +189,16 @@ def _links(times: list[datetime], step: int, filters: dict[str, str]) -> list[st
     return [traces_link(start=t, end=t + timedelta(seconds=step), filters=filters) for t in times]
 
 
+def _bands(edges_ms) -> list[dict[str, str]]:
+    """The explorer's duration bounds (``min_ms``, ``max_ms``) of each latency band."""
+    out, low = [], 0
+    for edge in edges_ms:
+        out.append({"min_ms": str(low), "max_ms": str(edge)} if low else {"max_ms": str(edge)})
+        low = edge
+    out.append({"min_ms": str(low)})
+    return out
+
+
 def _series_layout(series: WindowSeries, title: str, ytitle: str, **extra) -> dict:
     return _time_layout(title, series.start, series.end, ytitle, **extra)
 
@@ -208,13 +218,14 @@ def overview_figures(series: WindowSeries, heatmap: LatencyHeatmap, *, filters: 
                                               "rangemode": "tozero", "showgrid": False}))
     traffic.add_bar(x=x, y=series.values(lambda b: _r(b.rps, 4)), name="RPS", customdata=links, marker_color="#4e79a7")
     traffic.add_scatter(x=x, y=series.values(lambda b: _r(100 * b.error_rate, 2)), name="error rate %", yaxis="y2",
-                        mode="lines+markers", customdata=links, line={"color": "#c4320a"}, connectgaps=False)
+                        mode="lines+markers", customdata=_links(x, series.step_seconds, {**filters, "status": "error"}), line={"color": "#c4320a"}, connectgaps=False)
     figs["fig-traffic"] = figure_dict(traffic)
 
     latency = figure(**_series_layout(series, "End-to-end latency percentiles", "ms"))
+    slowest = _links(x, series.step_seconds, {**filters, "sort": "duration", "dir": "desc"})  # the tail first
     for q, name, dash in ((0.5, "P50", "dot"), (0.95, "P95", "solid"), (0.99, "P99", "dash")):
         latency.add_scatter(x=x, y=series.values(lambda b, q=q: b.e2e_ms[q]), name=f"E2E {name}",
-                            mode="lines+markers", line={"dash": dash}, customdata=links, connectgaps=False)
+                            mode="lines+markers", line={"dash": dash}, customdata=slowest, connectgaps=False)
     latency.add_scatter(x=x, y=series.values(lambda b: b.ttft_ms[0.95]), name="TTFT P95", mode="lines+markers",
                         customdata=links, connectgaps=False, line={"color": "#59a14f"})
     threshold_line(latency, y=P95_THRESHOLD_MS, label="P95 1500 ms (chat)")
@@ -252,7 +263,9 @@ def overview_figures(series: WindowSeries, heatmap: LatencyHeatmap, *, filters: 
     figs["fig-throughput"] = figure_dict(throughput)
 
     labels = heatmap.labels
-    heat_links = [_links(heatmap.times, heatmap.step_seconds, filters)] * len(labels)  # one row of links per band
+    # A cell opens the traces of its time bucket and latency band (the explorer's duration bounds).
+    bands = _bands(heatmap.edges_ms)
+    heat_links = [_links(heatmap.times, heatmap.step_seconds, {**filters, **band}) for band in bands]
     heat = figure(**_series_layout(series, "End-to-end latency heatmap (requests per bucket)", "E2E",
                                    hovermode="closest"))
     heat.add_heatmap(x=heatmap.times, y=labels, z=[[c or None for c in row] for row in heatmap.counts],
@@ -264,7 +277,8 @@ def overview_figures(series: WindowSeries, heatmap: LatencyHeatmap, *, filters: 
                   hovermode="closest", xaxis={"type": "category", "title": {"text": "E2E"}},
                   yaxis={"title": {"text": "requests"}})
     hist.add_bar(x=labels, y=heatmap.totals, name="requests", marker_color="#4e79a7",
-                 customdata=[traces_link(start=series.start, end=series.end, filters=filters)] * len(labels))
+                 customdata=[traces_link(start=series.start, end=series.end, filters={**filters, **band})
+                             for band in bands])
     figs["fig-histogram"] = figure_dict(hist)
     return figs
 

@@ -99,6 +99,13 @@ def test_overview_page_shows_kpis_with_change_and_linked_charts(client, seeded):
     assert link.path == "/traces/"
     query = parse_qs(link.query)
     assert query["service"] == ["chat-api"] and query["from"][0] == body["series"]["times"][i].replace("+00:00", "Z")
+    heat = body["figures"]["fig-heatmap"]["data"][0]
+    row = heat["y"].index("1500–2000 ms")
+    cell = next(i for i, z in enumerate(heat["z"][row]) if z)
+    band_link = parse_qs(urlparse(heat["customdata"][row][cell]).query)
+    assert band_link["min_ms"] == ["1500"] and band_link["max_ms"] == ["2000"] and band_link["service"] == ["chat-api"]
+    errors = next(t for t in body["figures"]["fig-traffic"]["data"] if t["name"] == "error rate %")
+    assert all("status=error" in link for link in errors["customdata"])
     hist = body["figures"]["fig-histogram"]
     assert sum(hist["data"][0]["y"]) == 40
     assert hist["data"][0]["y"][hist["data"][0]["x"].index("1500–2000 ms")] == 20  # 1500 … 1690 ms

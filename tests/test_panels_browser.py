@@ -127,6 +127,21 @@ def test_overview_draws_seeded_numbers_filters_and_links_to_traces(page, asgi_se
     # A point's customdata is the explorer URL of its bucket, with the page's filters.
     link = next(c for c, y in zip(p50["customdata"], p50["y"]) if y is not None)
     assert link.startswith("/traces/?") and "service=search" in link and "from=" in link and "to=" in link
+
+    # Clicking a histogram bar opens the explorer on the traces of that latency band.
+    hist = chart_data(page, "fig-histogram")[0]
+    band = hist["x"].index("200–500 ms")
+    assert hist["y"][band] == 5
+    page.locator("#chart-fig-histogram").scroll_into_view_if_needed()
+    box = page.evaluate(f"""(() => {{
+        const bar = document.querySelectorAll('#chart-fig-histogram .bars .point')[{band}].getBoundingClientRect();
+        return {{x: bar.x + bar.width / 2, y: bar.y + bar.height / 2}};
+    }})()""")
+    page.mouse.move(box["x"], box["y"])  # plotly picks the point under the pointer, then the click opens it
+    page.mouse.click(box["x"], box["y"])
+    expect(page).to_have_url(re.compile(r"/traces/\?.*min_ms=200&max_ms=500"))
+    assert "service=search" in page.url
+    expect(page.locator("tr[data-trace-id]")).to_have_count(5)
     only_local(page, asgi_server)
     assert page.errors == []
 
