@@ -165,9 +165,10 @@ def _mark_alerts(fig: dict, alerts: list[dict]) -> None:
     for alert in alerts:
         if not alert.get("since"):
             continue
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": alert["since"], "x1": alert["since"],
+        since = _json_ready(datetime.fromisoformat(alert["since"]))  # the charts' UTC wall-clock form
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": since, "x1": since,
                        "y0": 0, "y1": 1, "line": {"color": "#b00020", "width": 1, "dash": "dot"}})
-        notes.append({"xref": "x", "yref": "paper", "x": alert["since"], "y": 1, "showarrow": False,
+        notes.append({"xref": "x", "yref": "paper", "x": since, "y": 1, "showarrow": False,
                       "xanchor": "left", "yanchor": "top", "font": {"color": "#b00020", "size": 10},
                       "text": f'<a href="/alerts/">firing: {_plain(alert.get("rule", "alert"))}</a>'})
 

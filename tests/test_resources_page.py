@@ -159,3 +159,26 @@ def test_page_and_json_draw_the_series_of_the_users_project_only(client, make_us
     client.force_login(bob)
     assert client.get("/resources/series.json?range=15m").json()["devices"] == []
     assert client.get(f"/resources/series.json?project={mine.pk}").status_code == 404
+
+
+def test_firing_alerts_are_marked_on_the_charts_with_a_link(client, make_user, project_with_key):
+    from django.utils import timezone as dj_timezone
+
+    from alerts.models import AlertRule, AlertSeries, SeriesState
+
+    alice = make_user()
+    mine, _ = project_with_key(members=[alice])
+    rule = AlertRule.objects.filter(project=mine).first()  # every project starts with the default rules
+    assert rule is not None
+    AlertRule.objects.filter(pk=rule.pk).update(name="GPU <b>memory</b>")
+    fired = dj_timezone.now() - timedelta(minutes=3)
+    AlertSeries.objects.create(rule=rule, project=mine, key="host=gpu-node-1", labels={"host": "gpu-node-1"},
+                               state=SeriesState.FIRING, fired_at=fired, value=91.0)
+    get_store().insert("resource_samples", [sample(mine.pk, "gpu-node-1", 0, gpu_memory_used=91, gpu_memory_total=100)],
+                       tag="tests.resources")
+    client.force_login(alice)
+    mem = client.get("/resources/series.json?range=15m").json()["figures"]["fig-gpu-mem"]
+    notes = [a["text"] for a in mem["layout"]["annotations"] if "firing" in a["text"]]
+    assert notes == ['<a href="/alerts/">firing: GPU &lt;b&gt;memory&lt;/b&gt;</a>']  # the user's name escaped
+    lines = [s for s in mem["layout"]["shapes"] if s.get("yref") == "paper"]
+    assert len(lines) == 1 and lines[0]["x0"] == fired.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
