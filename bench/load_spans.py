@@ -14,8 +14,8 @@ models, ~3 % of traces failing; every root carries ``user.id`` (20,000 users) an
 (a session is ~4 traces), model calls carry GenAI attributes and ~10 % of them a 2–8 KB prompt
 and a completion. Seeded, so two runs of the same size generate the same data.
 
-Summaries are computed in this process by ``dashboard.trace_math.trace_summarize`` from the very
-span rows inserted (the same function the summariser uses), so they equal what it would write.
+Summaries are computed in this process by the summariser's own ``dashboard.summarizer.trace_row``
+from the very span rows inserted, so they are what it would write.
 Rows go through ``Store.insert`` (Arrow into chdb) in batches of ``--batch`` spans, generated in
 time order so each batch lands in one or two daily partitions.
 """
@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,7 +37,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from dashboard.trace_math import trace_summarize  # noqa: E402
 from store import Store  # noqa: E402
 from store.backends import EmbeddedBackend  # noqa: E402
 from store.migrator import MigrationContext, migrate  # noqa: E402
@@ -186,22 +187,14 @@ class Generator:
         return spans
 
 
-def summary_row(rows: list[dict], *, prices: dict[str, tuple[float, float]] | None, version: int) -> dict:
-    """The ``traces`` row of one trace, from the span rows inserted (DOMAIN.md per-trace figures)."""
-    spans = [{**row, "start_ns": row["start_time"]} for row in rows]
-    s = trace_summarize(spans, prices=prices)
-    return {
-        "project_id": rows[0]["project_id"], "trace_id": rows[0]["trace_id"], "start_time": s.start_ns,
-        "e2e_ns": s.e2e_ns, "has_root": int(s.has_root),
-        "spans_start": min(r["start_time"] for r in rows),
-        "spans_end": max(r["start_time"] + r["duration_ns"] for r in rows),
-        "root_name": s.root_name, "service": s.service, "model": s.model,
-        "services": sorted({r["service"] for r in rows}), "models": sorted({r["model"] for r in rows if r["model"]}),
-        "phases": sorted({r["phase"] for r in rows}), "status": s.status, "error_message": s.error_message,
-        "ttft_ns": s.ttft_ns, "tpot_ns": s.tpot_ns, "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
-        "cost_usd": s.cost_usd, "cost_estimated": int(s.cost_estimated), "span_count": s.span_count,
-        **{f"{phase}_ns": ns for phase, ns in s.phase_ns.items()}, "version": version,
-    }
+def _django() -> None:
+    """The summariser's row builder lives in a Django app: configure Django (settings only; it
+    reads no database here)."""
+    os.environ.setdefault("TRACEDASH_DATA_DIR", tempfile.mkdtemp(prefix="tracedash-bench-load-"))
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    import django
+
+    django.setup()
 
 
 def open_store(data_dir: Path) -> Store:
@@ -224,6 +217,8 @@ def progress(done: int, total: int, started: float, label: str) -> None:
 def load(*, store: Store, spans_wanted: int, days: float, batch: int, seed: int, now_ns: int) -> dict:
     """Generate and insert; the insert of one batch (chdb releases the GIL while it writes) runs in
     a second thread while the next batch is generated."""
+    from dashboard.summarizer import trace_row
+
     traces_planned = max(1, spans_wanted // 8)  # ~8.5 spans a trace; only sets the start-time jitter
     gen = Generator(seed=seed, start_ns=now_ns - int(days * 86400 * NS), end_ns=now_ns, traces=traces_planned)
     prices = {name: (p_in, p_out) for name, p_in, p_out, _ in MODELS}
@@ -250,7 +245,9 @@ def load(*, store: Store, spans_wanted: int, days: float, batch: int, seed: int,
             t0 = time.perf_counter()
             rows = gen.trace(generated / spans_wanted)[: spans_wanted - generated]
             t1 = time.perf_counter()
-            trace_rows.append(summary_row(rows, prices=prices, version=version))
+            trace_rows.append(trace_row(project_id=PROJECT_ID, trace_id=rows[0]["trace_id"],
+                                        spans=[{**r, "start_ns": r["start_time"]} for r in rows],
+                                        prices=prices, version=version))
             timings["generate_s"] += t1 - t0
             timings["summarise_s"] += time.perf_counter() - t1
             span_rows.extend(rows)
@@ -285,6 +282,7 @@ def main(argv=None) -> int:
         parser.error("--spans, --days and --batch must be positive")
     if args.reset and args.data_dir.exists():
         shutil.rmtree(args.data_dir)
+    _django()
     store = open_store(args.data_dir)
     existing = store.query("SELECT count() FROM spans WHERE project_id = {p:UInt64}", {"p": PROJECT_ID},
                            tag="bench.load_spans.count").scalar()

@@ -12,69 +12,6 @@ NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
-class TraceRow:
-    trace_id: str
-    root_name: str
-    service: str
-    start: datetime
-    duration_ms: float
-    status: str
-    span_count: int
-    has_root: bool
-
-
-_TRACES_RECENT_SQL = """
-SELECT
-    trace_id,
-    countIf(parent_span_id = '') > 0 AS has_root,
-    if(has_root, argMinIf(name, start_time, parent_span_id = ''), argMin(name, start_time)) AS root_name,
-    if(has_root, argMinIf(service, start_time, parent_span_id = ''), argMin(service, start_time)) AS root_service,
-    min(toUnixTimestamp64Nano(start_time)) AS first_start_ns,
-    if(has_root, minIf(toUnixTimestamp64Nano(start_time), parent_span_id = ''), first_start_ns) AS start_ns,
-    if(has_root,
-       maxIf(duration_ns, parent_span_id = ''),
-       max(toUnixTimestamp64Nano(start_time) + duration_ns) - first_start_ns) AS duration_ns,
-    countIf(status = 'error') > 0 AS has_error,
-    uniqExact(span_id) AS span_count
-FROM spans
-WHERE project_id = {project_id:UInt64}
-  AND start_time >= fromUnixTimestamp64Nano({since_ns:Int64})
-GROUP BY trace_id
-ORDER BY start_ns DESC, trace_id
-LIMIT {limit:UInt32}
-"""
-
-
-def traces_recent(*, project_id: int, since_seconds: int = 24 * 3600, limit: int = 50) -> list[TraceRow]:
-    """The project's most recent traces that started within ``since_seconds``.
-
-    End-to-end duration is the root span's (DOMAIN.md); a trace whose root has not arrived shows
-    the extent of the spans it has, and ``has_root`` is False.
-    """
-    since_ns = time.time_ns() - since_seconds * NS
-    result = get_store().query(
-        _TRACES_RECENT_SQL,
-        {"project_id": project_id, "since_ns": since_ns, "limit": limit},
-        tag="dashboard.selectors.traces_recent",
-    )
-    rows = []
-    for r in result.dicts():
-        rows.append(
-            TraceRow(
-                trace_id=r["trace_id"],
-                root_name=r["root_name"],
-                service=r["root_service"],
-                start=datetime.fromtimestamp(r["start_ns"] / NS, tz=timezone.utc),
-                duration_ms=r["duration_ns"] / 1e6,
-                status="error" if r["has_error"] else "ok",
-                span_count=r["span_count"],
-                has_root=bool(r["has_root"]),
-            )
-        )
-    return rows
-
-
-@dataclass(frozen=True)
 class ResourceRow:
     host: str
     gpu_index: int  # -1: the host itself

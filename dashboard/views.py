@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+from functools import wraps
 
 from django.apps import apps
 from django.contrib.auth.decorators import login_required
@@ -41,12 +42,6 @@ def _project_page(request, template: str, key: str, select, **extra):
     return render(request, template, context, status=503 if context["store_error"] else 200)
 
 
-@login_required
-def traces_list(request):
-    return _project_page(request, "dashboard/traces.html", "traces",
-                         lambda project_id: selectors.traces_recent(project_id=project_id))
-
-
 def _firing_alerts(project_id: int) -> list[dict]:
     """Firing alerts to mark on the charts (empty when the alerts app is not installed)."""
     if not apps.is_installed("alerts"):
@@ -83,7 +78,7 @@ def resources_latest(request):
                          presets=PRESETS, gpu_memory_threshold=GPU_MEMORY_THRESHOLD, cpu_threshold=CPU_THRESHOLD)
 
 
-@login_required
+@json_login_required
 def resources_series_json(request):
     """GET /resources/series.json?range=…|from=…&to=…&host=… — the series behind /resources/ (and the
     figures the page draws from them), for the page's live refresh and for scripts."""
@@ -110,6 +105,18 @@ def resources_series_json(request):
         "load": {"rps": load.rps, "p95_e2e_ms": load.p95_e2e_ms},
         "figures": panel["figures"],
     })
+
+
+def json_login_required(view):
+    """A JSON endpoint answers 401 with a JSON error when nobody is logged in (a script is not
+    redirected to the login page)."""
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return _json_error(401, "not_authenticated", "log in first (these endpoints use the browser session)")
+        return view(request, *args, **kwargs)
+
+    return wrapper
 
 
 def _json_error(status: int, code: str, message: str, details: list | None = None) -> JsonResponse:
@@ -209,7 +216,7 @@ def _series_json(series) -> dict:
             "buckets": [None if b is None else _stats_json(b) for b in series.buckets]}
 
 
-@login_required
+@json_login_required
 def overview_json(request):
     """GET /overview.json?range=…|from=…&to=…&service=…&model=… — the overview's numbers and figures."""
     def build(project_id, window, filters):
@@ -268,7 +275,7 @@ def costs(request):
     return response
 
 
-@login_required
+@json_login_required
 def costs_json(request):
     """GET /costs.json?range=…&service=…&model=… — the costs page's numbers and figures."""
     def build(project_id, window, filters):
@@ -307,7 +314,7 @@ def compare(request):
                          query=query, presets=PRESETS, modes=COMPARE_MODES)
 
 
-@login_required
+@json_login_required
 def compare_json(request):
     """GET /compare.json?mode=windows&a_from=…&a_to=…&b_from=…&b_to=… (or mode=models&a_model=…&b_model=…,
     or mode=attribute&attr=release&a_value=…&b_value=…, with range/from/to) — both sides' numbers."""

@@ -1,13 +1,13 @@
 """Seeding for the explorer tests: spans parsed by the ingest's own parser and stored with
-``Store.insert``, and each trace's summary row computed from those spans by
-``dashboard.trace_math.trace_summarize`` (what the summariser writes)."""
+``Store.insert``, and each trace's summary row computed from those spans by the summariser's
+``trace_row`` (what the summariser writes)."""
 
 from __future__ import annotations
 
 import json
 import time
 
-from dashboard.trace_math import trace_summarize
+from dashboard.summarizer import trace_row
 from ingest.schemas import Limits, parse_span
 from store import get_store
 
@@ -18,35 +18,11 @@ def span_rows(*, project_id: int, spans: list[dict]) -> list[dict]:
 
 
 def summary_row(*, project_id: int, rows: list[dict], version: int | None = None, prices=None) -> dict:
-    """The ``traces`` row of one trace from its ``spans`` rows."""
+    """The ``traces`` row of one trace from its ``spans`` rows, built by the summariser's own
+    ``trace_row`` (as if the summariser had read these spans back)."""
     spans = [{**row, "start_ns": row["start_time"]} for row in rows]
-    summary = trace_summarize(spans, prices=prices)
-    return {
-        "project_id": project_id,
-        "trace_id": rows[0]["trace_id"],
-        "start_time": summary.start_ns,
-        "e2e_ns": summary.e2e_ns,
-        "has_root": int(summary.has_root),
-        "spans_start": min(r["start_time"] for r in rows),
-        "spans_end": max(r["start_time"] + r["duration_ns"] for r in rows),
-        "root_name": summary.root_name,
-        "service": summary.service,
-        "model": summary.model,
-        "services": sorted({r["service"] for r in rows}),
-        "models": sorted({r["model"] for r in rows if r["model"]}),
-        "phases": sorted({r["phase"] for r in rows}),
-        "status": summary.status,
-        "error_message": summary.error_message,
-        "ttft_ns": summary.ttft_ns,
-        "tpot_ns": summary.tpot_ns,
-        "input_tokens": summary.input_tokens,
-        "output_tokens": summary.output_tokens,
-        "cost_usd": summary.cost_usd,
-        "cost_estimated": int(summary.cost_estimated),
-        "span_count": summary.span_count,
-        **{f"{phase}_ns": ns for phase, ns in summary.phase_ns.items()},
-        "version": version if version is not None else time.time_ns(),
-    }
+    return trace_row(project_id=project_id, trace_id=rows[0]["trace_id"], spans=spans, prices=prices,
+                     version=version if version is not None else time.time_ns())
 
 
 def seed_traces(*, project_id: int, traces: list[list[dict]], summarise: bool = True) -> list[str]:
