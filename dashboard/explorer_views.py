@@ -20,6 +20,7 @@ from .explorer import (
 )
 from .filters import FilterBar, filter_bar_from_query
 from .project_scope import current_project
+from .views import json_login_required
 
 log = logging.getLogger("tracedash.dashboard")
 STORE_DOWN = "The trace store is unavailable right now; this page will work again when it returns."
@@ -139,7 +140,7 @@ def _json_error(status: int, code: str, message: str, details: list | None = Non
     return JsonResponse({"error": {"code": code, "message": message, "details": details or []}}, status=status)
 
 
-@login_required
+@json_login_required
 def traces_explorer_json(request):
     """GET /traces/rows.json?<the explorer's query>[&ids=<trace id>,…] — a page of rows (with
     ``next_cursor``), or with ``ids`` the rows among those traces that match the query (what the

@@ -310,7 +310,7 @@ def test_other_users_project_is_404_and_rows_are_scoped(client, make_user, proje
     assert [r["trace_id"] for r in body["rows"]] == [my_id]
     assert client.get("/traces/rows.json", {"trace_id": their_id}).json()["rows"] == []
     client.logout()
-    assert client.get("/traces/rows.json").status_code == 302  # to the login page
+    assert client.get("/traces/rows.json").status_code == 401  # JSON, not a redirect to the login page
 
 
 @pytest.mark.django_db
