@@ -28,6 +28,22 @@ log = logging.getLogger("tracedash.dashboard")
 STORE_DOWN = "The trace store is unavailable right now; this page will work again when it returns."
 
 
+def json_login_required(view):
+    """A JSON endpoint answers 401 with a JSON error when nobody is logged in (a script is not
+    redirected to the login page)."""
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return _json_error(401, "not_authenticated", "log in first (these endpoints use the browser session)")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _json_error(status: int, code: str, message: str, details: list | None = None) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message, "details": details or []}}, status=status)
+
+
 def _project_page(request, template: str, key: str, select, **extra):
     """A page of the current project's data: ``context[key] = select(project_id)``; a 503 page
     saying the store is down when ClickHouse fails."""
@@ -105,22 +121,6 @@ def resources_series_json(request):
         "load": {"rps": load.rps, "p95_e2e_ms": load.p95_e2e_ms},
         "figures": panel["figures"],
     })
-
-
-def json_login_required(view):
-    """A JSON endpoint answers 401 with a JSON error when nobody is logged in (a script is not
-    redirected to the login page)."""
-    @wraps(view)
-    def wrapper(request, *args, **kwargs):
-        if not request.user.is_authenticated:
-            return _json_error(401, "not_authenticated", "log in first (these endpoints use the browser session)")
-        return view(request, *args, **kwargs)
-
-    return wrapper
-
-
-def _json_error(status: int, code: str, message: str, details: list | None = None) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message, "details": details or []}}, status=status)
 
 
 def healthz(request):

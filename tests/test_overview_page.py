@@ -119,6 +119,10 @@ def test_overview_filters_change_the_numbers_and_bad_input_is_a_clear_error(clie
     assert bad.status_code == 400 and "range must be one of" in bad.json()["error"]["message"]
     page = client.get("/?from=yesterday")
     assert page.status_code == 200 and "from/to must be ISO 8601" in page.content.decode()
+    client.logout()
+    anonymous = client.get("/overview.json?range=1h")
+    assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "not_authenticated"
+    assert client.get("/?range=1h").status_code == 302  # the page itself goes to the login form
     stranger = make_user()
     client.force_login(stranger)
     assert client.get(f"/?project={seeded['project'].pk}").status_code == 404
