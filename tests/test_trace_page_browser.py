@@ -128,6 +128,13 @@ def test_waterfall_collapse_select_deep_link_and_zoom(page, asgi_server, make_us
     expect(waterfall).to_have_attribute("data-view-start-ms", re.compile(r"^(29[5-9]|30[0-5])\."))  # 30 % … 60 % of 1 s
     expect(waterfall).to_have_attribute("data-view-end-ms", re.compile(r"^(59[5-9]|60[0-5])\."))
     expect(page.locator(".wf-tick").first).to_have_text(re.compile(r"^(300|325|350|400) ms$"))
+    # a bar that starts before the window is cut at the window's edge, never drawn over the labels
+    root_bar = page.locator(f'.wf-row[data-span-id="{ids["root"]}"] .wf-bar').bounding_box()
+    track = page.locator(f'.wf-row[data-span-id="{ids["root"]}"] .wf-track').bounding_box()
+    dur = page.locator(f'.wf-row[data-span-id="{ids["root"]}"] .wf-dur').bounding_box()
+    assert page.evaluate("""([x, y]) => document.elementFromPoint(x, y).classList.contains('wf-dur')""",
+                         [dur["x"] + dur["width"] / 2, dur["y"] + dur["height"] / 2])
+    assert root_bar["x"] < track["x"]  # starts left of the window …
     answer_bar = page.locator(f'.wf-row[data-span-id="{ids["answer"]}"] .wf-bar')
     expect(answer_bar).to_be_hidden()  # 900 … 1000 ms lies outside the window
     ARTIFACTS.mkdir(exist_ok=True)
