@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, JsonResponse
 from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from ingest.auth import authenticate_request
@@ -89,11 +90,13 @@ def trace_page(request, trace_id: str):
     })
 
 
-@require_GET
+@csrf_exempt  # read-only: any other method gets a JSON 405, not the CSRF page
 def trace_api(request, trace_id: str):
     """``GET /api/v1/traces/<id>``: a project key (Bearer) reads its project's traces; a logged-in
     user reads the traces of projects they are a member of."""
     try:
+        if request.method not in ("GET", "HEAD"):
+            raise ApiError(405, "method_not_allowed", "use GET", headers={"Allow": "GET, HEAD"})
         trace_id = trace_id.lower()
         if request.headers.get("Authorization") or not request.user.is_authenticated:
             projects = [authenticate_request(request).project]

@@ -166,6 +166,10 @@ def test_api_by_key_and_by_session_is_scoped(client, make_user, project_with_key
     client.logout()
     assert _client(client, bob).get(url).status_code == 404
     assert client.get(url + f"?project={mine.pk}").status_code == 404  # not bob's project
+    from django.test import Client
+
+    post = Client(enforce_csrf_checks=True).post(url, HTTP_AUTHORIZATION=f"Bearer {my_key}")
+    assert post.status_code == 405 and post.json()["error"]["code"] == "method_not_allowed" and post["Allow"] == "GET, HEAD"
     bad = client.get(reverse("dashboard:trace-api", args=["xyz"]))
     assert bad.status_code == 400 and bad.json()["error"]["details"][0]["field"] == "trace_id"
 
