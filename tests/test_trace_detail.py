@@ -293,3 +293,16 @@ def test_the_openapi_document_describes_the_trace_read(client):
     assert {"200", "400", "401", "404", "503"} <= set(operation["responses"])
     assert set(operation["responses"]["200"]["content"]["application/json"]["schema"]["required"]) == {
         "trace_id", "project_id", "summary", "phases", "flags", "critical_path", "spans"}
+
+
+def test_a_trace_whose_root_has_not_arrived_is_shown_with_its_orphans(client, make_user, project_with_key):
+    alice = make_user()
+    project, _ = project_with_key(members=[alice])
+    spans = llm_trace()[1:]  # the root is still running
+    tid = seed(spans, project_id=project.pk)
+    detail = trace_get(project_id=project.pk, trace_id=tid)
+    assert not detail.summary.has_root and detail.summary.span_count == 4
+    assert all(s.orphan and s.depth == 0 for s in detail.spans)
+    assert detail.summary.e2e_ns == (80 + 120 + 900 + 60) * MS  # the extent of the spans present
+    html = _client(client, alice).get(reverse("dashboard:trace", args=[tid])).content.decode()
+    assert ">no root</span>" in html
