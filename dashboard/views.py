@@ -222,9 +222,15 @@ def overview_json(request):
     def build(project_id, window, filters):
         data = _overview(project_id, window, filters)
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
+                "kpis": [_kpi_json(k) for k in data["kpis"]],
                 "series": _series_json(data["series"]), "figures": data["figures"]}
 
     return _panel_json(request, build)
+
+
+def _kpi_json(k) -> dict:
+    return {"key": k.key, "label": k.label, "value": k.value, "previous": k.previous, "unit": k.unit,
+            "digits": k.digits, "change_percent": k.change_percent, "verdict": k.verdict}
 
 
 def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:

@@ -76,7 +76,7 @@ def test_overview_page_shows_kpis_with_change_and_linked_charts(client, seeded):
     html = response.content.decode()
     requests_tile = html[html.index('data-kpi="requests"'):]
     requests_tile = requests_tile[:requests_tile.index('data-kpi="rps"')]
-    assert '<div class="value">40</div>' in requests_tile
+    assert '<div class="value"><span class="num">40</span></div>' in requests_tile
     assert "+100.0 % vs previous" in requests_tile  # 40 now, 20 in the hour before
     p95_tile = html[html.index('data-kpi="e2e_p95"'):html.index('data-kpi="e2e_p99"')]
     assert 'class="delta worse"' in p95_tile  # P95 rose from 1250 ms

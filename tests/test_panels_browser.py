@@ -107,22 +107,30 @@ def test_overview_draws_seeded_numbers_filters_and_links_to_traces(page, asgi_se
 
     log_in(page, asgi_server, "olivia", "/?range=1h")
     expect(page.locator('[data-kpi="requests"] .value')).to_have_text("25")
+
+    # Traces summarised while the page is open redraw the tiles and charts without a reload.
+    page.wait_for_function("window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
+    late = [shaped(start_ns=now - (10 - i) * 60 * S, e2e_ms=700, service="search") for i in range(3)]
+    post_spans(asgi_server, key, [s for t in late for s in t])
+    summarised(project.pk, 28)
+    expect(page.locator('[data-kpi="requests"] .value')).to_have_text("28", timeout=20_000)
+    assert sum(chart_data(page, "fig-histogram")[0]["y"]) == 28
     p50 = next(t for t in chart_data(page, "fig-latency") if t["name"] == "E2E P50")
     assert 400 in non_null(p50["y"]) and max(non_null(p50["y"])) >= 1300
     breakdown = {t["name"]: t for t in chart_data(page, "fig-breakdown")}
-    # chat: the model call's 900 ms; search: its 400 ms root clips the call to 200 ms (exclusive time)
-    assert set(non_null(breakdown["inference"]["y"])) == {900.0, 200.0}
+    # chat: the model call's 900 ms; search: its 400 (700) ms root clips the call to 200 (500) ms
+    assert set(non_null(breakdown["inference"]["y"])) == {900.0, 200.0, 500.0}
     hist = chart_data(page, "fig-histogram")[0]
-    assert sum(hist["y"]) == 25
+    assert sum(hist["y"]) == 28
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "overview.png"), full_page=True)
 
     page.select_option('.filter-bar select[name="service"]', "search")
     page.locator(".filter-bar").get_by_role("button", name="Apply").click()
     expect(page).to_have_url(re.compile(r"service=search"))
-    expect(page.locator('[data-kpi="requests"] .value')).to_have_text("5")
+    expect(page.locator('[data-kpi="requests"] .value')).to_have_text("8")
     p50 = next(t for t in chart_data(page, "fig-latency") if t["name"] == "E2E P50")
-    assert set(non_null(p50["y"])) == {400.0}
+    assert set(non_null(p50["y"])) == {400.0, 700.0}
 
     # A point's customdata is the explorer URL of its bucket, with the page's filters.
     link = next(c for c, y in zip(p50["customdata"], p50["y"]) if y is not None)
