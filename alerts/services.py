@@ -189,7 +189,7 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
             index[one.labels.get("host", "")].append(one)
         by_host[key] = index
 
-    creates, updates, deletes, events = [], [], [], []
+    creates, updates, heartbeats, deletes, events = [], [], [], [], []
     changed_projects: set[int] = set()
     touch_after = timedelta(seconds=TOUCH_SECONDS)
     for rule in rules:
@@ -248,13 +248,20 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
                                          from_state=transition.from_state, to_state=transition.to_state,
                                          value=after.value if not after.no_data else None,
                                          reason=transition.reason[:200], at=now))
-            (creates if new else updates).append(series)
+            if new:
+                creates.append(series)
+            elif transition is None and after.no_data == before.no_data and labels == series.labels:
+                heartbeats.append(series)  # only value and times moved
+            else:
+                updates.append(series)
 
     with transaction.atomic():
         if creates:
             AlertSeries.objects.bulk_create(creates, batch_size=500)
         if updates:
-            _series_update_many(updates)
+            _series_update_many(updates, _UPDATE_FIELDS)
+        if heartbeats:
+            _series_update_many(heartbeats, _HEARTBEAT_FIELDS)
         if deletes:
             AlertSeries.objects.filter(pk__in=deletes).delete()
         if events:
@@ -287,7 +294,7 @@ def _disabled_rules_settle(now: datetime, project_ids: list[int] | None, report:
         series.acknowledged_by_id = None
         series.updated_at = now
     with transaction.atomic():
-        _series_update_many(rows)
+        _series_update_many(rows, _UPDATE_FIELDS)
         AlertEvent.objects.bulk_create(events)
         projects = sorted({s.project_id for s in rows})
         transaction.on_commit(lambda: _push_live(projects))
@@ -295,6 +302,7 @@ def _disabled_rules_settle(now: datetime, project_ids: list[int] | None, report:
 
 
 _UPDATE_FIELDS = (*_STATE_FIELDS, "labels", "updated_at", "acknowledged_at", "acknowledged_by")
+_HEARTBEAT_FIELDS = ("value", "last_breach_at", "last_seen_at", "active_since", "updated_at")
 _LOAD_FIELDS = ("id", "rule_id", "key", "labels", *_STATE_FIELDS, "acknowledged_at", "acknowledged_by_id", "updated_at")
 
 
@@ -305,12 +313,12 @@ class _SeriesRow:
         self.__dict__.update(values)
 
 
-def _series_update_many(rows: list[_SeriesRow]) -> None:
+def _series_update_many(rows: list[_SeriesRow], names: tuple[str, ...]) -> None:
     """One prepared UPDATE by primary key, run for every row (executemany): Django's bulk_update
     builds a CASE per field and row, which costs seconds for a few thousand series."""
     from django.db import connection
 
-    fields = [AlertSeries._meta.get_field(name) for name in _UPDATE_FIELDS]
+    fields = [AlertSeries._meta.get_field(name) for name in names]
     quote = connection.ops.quote_name
     sql = (f"UPDATE {quote(AlertSeries._meta.db_table)} SET "
            + ", ".join(f"{quote(f.column)} = %s" for f in fields) + f" WHERE {quote('id')} = %s")
@@ -383,9 +391,12 @@ def _notifications_plan(rules: list[AlertRule], errors: dict[int, str], now: dat
     if not with_channels:
         return []
     channels_by_rule: dict[int, list[NotificationChannel]] = defaultdict(list)
-    for through in AlertRule.channels.through.objects.filter(
-            alertrule_id__in=[r.pk for r in with_channels], notificationchannel__enabled=True).select_related("notificationchannel"):
-        channels_by_rule[through.alertrule_id].append(through.notificationchannel)
+    links = list(AlertRule.channels.through.objects.filter(alertrule_id__in=[r.pk for r in with_channels])
+                 .values_list("alertrule_id", "notificationchannel_id"))
+    channels = {c.pk: c for c in NotificationChannel.objects.filter(pk__in={c for _, c in links}, enabled=True)}
+    for rule_id, channel_id in links:
+        if channel_id in channels:
+            channels_by_rule[rule_id].append(channels[channel_id])
     rules_used = [r for r in with_channels if channels_by_rule.get(r.pk)]
     if not rules_used:
         return []
