@@ -291,7 +291,7 @@ def test_ten_thousand_span_trace_is_interactive_fast_and_scrolls_without_blanks(
     expect(page.locator("#fig-spans")).to_have_text("10000")
 
     def check_rows_fill_the_view():
-        page.wait_for_timeout(100)  # one animation frame or more
+        page.evaluate("new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")  # redrawn
         state = page.evaluate("""(() => {
             const list = document.getElementById('wf-list');
             const ruler = document.getElementById('wf-ruler').offsetHeight;
