@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from dashboard.charts import figure, figure_dict, threshold_line
 from store import get_store
@@ -35,9 +35,11 @@ ORDER BY bucket
 def rule_preview_figure(*, rule, now: datetime | None = None) -> dict:
     now = now or datetime.now(timezone.utc)
     metric = rule.metric
-    title = f"{rule.condition} — last {LATENCY_HOURS if metric in LATENCY_METRICS else RESOURCE_HOURS} h"
+    hours = LATENCY_HOURS if metric in LATENCY_METRICS else RESOURCE_HOURS
+    title = f"{rule.condition} — last {hours} h"
     fig = figure(title={"text": title, "x": 0, "font": {"size": 13}}, height=320,
-                 yaxis={"title": {"text": Metric(metric).label}}, xaxis={"type": "date"})
+                 yaxis={"title": {"text": Metric(metric).label}},
+                 xaxis={"type": "date", "range": [now - timedelta(hours=hours), now]})  # the whole period, always
     if metric in PROCESS_METRICS:
         lines = {}
         note = "The leak ratio needs each process's baseline; see the current values on the alerts page."

@@ -71,3 +71,8 @@ def test_banner_appears_live_and_clears_on_resolve(page, asgi_server, make_user,
     page.goto(f"{asgi_server.url}/alerts/")
     expect(page.locator("#alert-history")).to_contain_text("firing → resolved")
     page.screenshot(path=str(ARTIFACTS / "alerts-page.png"), full_page=True)
+    rule = AlertRule.objects.get(project=project)
+    page.goto(f"{asgi_server.url}/alerts/rules/{rule.pk}/")
+    expect(page.locator("#rule-preview .main-svg").first).to_be_visible(timeout=10_000)  # plotly drew it
+    expect(page.locator("#rule-preview")).to_contain_text("threshold ≥ 85")
+    page.screenshot(path=str(ARTIFACTS / "alerts-rule-editor.png"), full_page=True)
