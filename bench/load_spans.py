@@ -7,9 +7,10 @@ embedded ClickHouse (chdb) at ``--data-dir`` (database ``tracedash_bench``, proj
 the same migrations users run, then the per-trace summaries into ``traces``. A second run on the
 same dir adds nothing unless ``--reset`` (the data dir is reused across bench/query.py runs).
 
-The traces: a gateway root (``POST /v1/chat`` and a few other routes) over network (auth, vector
+The traces: a gateway root (``POST /v1/chat`` on chat-gateway, ``POST /v1/agent`` on agent-gateway
+(20 %), ``POST /v1/summarize`` on summarize-api, health checks) over network (auth, vector
 search), preprocess (prompt building, retrieval), one or more model calls (tool-calling loops of
-0–4 tools, retries that fail first), postprocess (moderation, formatting); five services, five
+0–4 tools, retries that fail first), postprocess (moderation, formatting); seven services, five
 models, ~3 % of traces failing; every root carries ``user.id`` (20,000 users) and ``session.id``
 (a session is ~4 traces), model calls carry GenAI attributes and ~10 % of them a 2–8 KB prompt
 and a completion. Seeded, so two runs of the same size generate the same data.
@@ -48,6 +49,8 @@ NS, MS = 1_000_000_000, 1_000_000
 RETENTION_DAYS = 3650  # the bench data must outlive the default retention
 
 ROUTES = [("POST /v1/chat", 0.6), ("POST /v1/agent", 0.2), ("POST /v1/summarize", 0.15), ("GET /v1/health", 0.05)]
+ROOT_SERVICES = {"POST /v1/chat": "chat-gateway", "POST /v1/agent": "agent-gateway",
+                 "POST /v1/summarize": "summarize-api", "GET /v1/health": "chat-gateway"}
 MODELS = [("gpt-4o-mini", 0.15, 0.60, 0.4), ("gpt-4o", 2.50, 10.0, 0.2), ("claude-3-5-sonnet", 3.0, 15.0, 0.15),
           ("llama-3.1-70b", 0.59, 0.79, 0.2), ("mistral-large", 2.0, 6.0, 0.05)]  # name, $/M in, $/M out, weight
 TOOLS = ["web.search", "db.lookup", "calculator", "weather.get", "calendar.read"]
@@ -126,14 +129,15 @@ class Generator:
         self.session_left -= 1
         user = f"u-{rng.randrange(USERS):05d}"
         spans: list[dict] = []
-        root = self._span(trace_id, "", route, "other", "gateway", start, 0,
+        gateway = ROOT_SERVICES[route]
+        root = self._span(trace_id, "", route, "other", gateway, start, 0,
                           attributes={"http.route": route.split(" ")[1], "http.method": route.split(" ")[0],
                                       "user.id": user, "session.id": self.session,
                                       "user.tier": rng.choice(["free", "free", "pro", "enterprise"])})
         spans.append(root)
         t = start + rng.randint(1, 3) * MS
         auth = int(rng.uniform(2, 25) * MS)
-        spans.append(self._span(trace_id, root["span_id"], "auth.verify", "network", "gateway", t, auth))
+        spans.append(self._span(trace_id, root["span_id"], "auth.verify", "network", gateway, t, auth))
         t += auth
         if route == "GET /v1/health":
             root["duration_ns"] = t + MS - start

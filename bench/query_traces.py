@@ -92,11 +92,11 @@ def _explorer(**filters):
 def _explorer_page2(state: dict, i: int) -> int:
     from dashboard.explorer import ExplorerQuery, explorer_page
 
-    query = ExplorerQuery(start_ns=state["start"], end_ns=state["end"], service="tools")
+    query = ExplorerQuery(start_ns=state["start"], end_ns=state["end"], service="agent-gateway")
     first = explorer_page(project_id=PROJECT_ID, query=query)
     state.setdefault("cursor", first.next_cursor)
     page = explorer_page(project_id=PROJECT_ID, query=ExplorerQuery(
-        start_ns=state["start"], end_ns=state["end"], service="tools", cursor=state["cursor"]))
+        start_ns=state["start"], end_ns=state["end"], service="agent-gateway", cursor=state["cursor"]))
     return len(page.rows)
 
 
@@ -121,8 +121,8 @@ def _by_attribute(key: str):
 SCENARIOS = [
     Scenario("trace by id (spans, tree, figures)", 50, 101, _sample_trace_ids, _trace_by_id,
              note="trace_detail.trace_get: summary bounds + spans of the trace"),
-    Scenario("explorer first page, service filter, 24 h", 100, 37, lambda s: _window(s, 24), _explorer(service="tools")),
-    Scenario("explorer first page, service filter, 30 d", None, None, lambda s: _window(s, 24 * 31), _explorer(service="tools")),
+    Scenario("explorer first page, service filter, 24 h", 100, 37, lambda s: _window(s, 24), _explorer(service="agent-gateway")),
+    Scenario("explorer first page, service filter, 30 d", None, None, lambda s: _window(s, 24 * 31), _explorer(service="agent-gateway")),
     Scenario("explorer next page (cursor), service, 24 h", None, None, lambda s: _window(s, 24), _explorer_page2),
     Scenario("explorer sorted by duration, errors, 24 h", None, None, lambda s: _window(s, 24),
              _explorer(sort="duration", status="error")),

@@ -119,8 +119,8 @@ class ExplorerQuery:
 
     start_ns: int
     end_ns: int
-    service: str = ""  # traces with a span of this service
-    model: str = ""  # traces that called this model
+    service: str = ""  # the root span's service
+    model: str = ""  # the trace's model (its first model call's)
     status: str = ""  # "ok" | "error"
     phase: str = ""  # the trace's dominant phase (the one with the most exclusive time)
     min_duration_ns: int | None = None
@@ -247,11 +247,13 @@ def _conditions(q: ExplorerQuery, *, project_id: int) -> tuple[list[str], dict]:
         where.append("start_time >= fromUnixTimestamp64Nano({start_ns:Int64})")
         where.append("start_time < fromUnixTimestamp64Nano({end_ns:Int64})")
         params.update(start_ns=q.start_ns, end_ns=q.end_ns)
+    # Service and model mean what they mean on every page (the shared filter bar, the panels and
+    # rollups): the root's service and the trace's model (its first model call's).
     if q.service:
-        where.append("has(services, {service:String})")
+        where.append("service = {service:String}")
         params["service"] = q.service
     if q.model:
-        where.append("has(models, {model:String})")
+        where.append("model = {model:String}")
         params["model"] = q.model
     if q.status:
         where.append("status = {status:String}")
@@ -390,8 +392,8 @@ def trace_bounds(*, project_id: int, trace_id: str) -> tuple[int, int] | None:
 def explorer_facets(*, project_id: int, start_ns: int, end_ns: int, limit: int = 200) -> dict[str, list[str]]:
     """The services and models seen in the range, for the filter bar's choices."""
     result = get_store().query(
-        "SELECT groupUniqArrayArray({limit:UInt32})(services) AS services,"
-        " groupUniqArrayArray({limit:UInt32})(models) AS models FROM traces"
+        "SELECT groupUniqArray({limit:UInt32})(service) AS services,"
+        " groupUniqArray({limit:UInt32})(model) AS models FROM traces"
         " WHERE project_id = {project_id:UInt64}"
         " AND start_time >= fromUnixTimestamp64Nano({start_ns:Int64})"
         " AND start_time < fromUnixTimestamp64Nano({end_ns:Int64})",
