@@ -368,11 +368,84 @@ def compare_models(*, project_id: int, start: datetime, end: datetime, model_a: 
                          window_stats(project_id=project_id, start=start, end=end, service=service, model=model_b))
 
 
+# Traces that carry attribute ``key`` = value_a or value_b on any span (a release, a variant),
+# joined once with their summaries (newest version first: several times cheaper than traces FINAL),
+# and per side the window's figures, percentiles exact (nearest rank) over the side's requests.
+def _nearest_rank_sql(name: str, column: str, condition: str = "") -> str:
+    values = f"groupArrayIf({column}, {condition})" if condition else f"groupArray({column})"
+    return (f"arraySort({values}) AS {name}_sorted, length({name}_sorted) AS n_{name},"
+            f" arrayMap(q -> arrayElement({name}_sorted, toUInt64(greatest(1, ceil(q * n_{name} - 1e-9)))), {_QS})"
+            f" AS q_{name}")
+
+
+_ATTRIBUTE_SQL = f"""
+WITH tagged AS (
+    SELECT trace_id, min(attributes[{{key:String}}]) AS side
+    FROM spans
+    WHERE project_id = {{project_id:UInt64}}
+      AND start_time >= toDateTime64({{start_s:Int64}}, 9, 'UTC') - toIntervalMinute(5)
+      AND start_time < toDateTime64({{end_s:Int64}}, 9, 'UTC') + toIntervalHour(1)
+      AND attributes[{{key:String}}] IN ({{value_a:String}}, {{value_b:String}})
+    GROUP BY trace_id
+)
+SELECT * EXCEPT ({", ".join(f"{n}_sorted" for n in ("e2e", "ttft", "tpot", *PHASES))}) FROM (
+SELECT side,
+    count() AS s_requests, countIf(status = 'error') AS s_errors, sum(e2e_ns) AS s_e2e_sum_ns,
+    sum(input_tokens) AS s_input_tokens, sum(output_tokens) AS s_output_tokens, sum(ifNull(cost_usd, 0)) AS s_cost_usd,
+    countIf(cost_estimated = 1) AS s_cost_estimated_requests,
+    {", ".join(f"sum({p}_ns) AS s_{p}_sum_ns" for p in PHASES)},
+    {_nearest_rank_sql("e2e", "e2e_ns")},
+    {_nearest_rank_sql("ttft", "assumeNotNull(ttft_ns)", "ttft_ns IS NOT NULL")},
+    {_nearest_rank_sql("tpot", "assumeNotNull(tpot_ns)", "tpot_ns IS NOT NULL")},
+    {", ".join(_nearest_rank_sql(p, f"{p}_ns", f"{p}_ns > 0") for p in PHASES)}
+FROM (
+    SELECT t.*, tagged.side AS side
+    FROM (
+        SELECT trace_id, start_time, service, model, has_root, status, e2e_ns, input_tokens, output_tokens, cost_usd,
+               cost_estimated, ttft_ns, tpot_ns, {", ".join(f"{p}_ns" for p in PHASES)}, version
+        FROM traces
+        WHERE project_id = {{project_id:UInt64}}
+    ) AS t
+    INNER JOIN tagged USING trace_id
+    ORDER BY version DESC
+    LIMIT 1 BY trace_id
+)
+WHERE has_root = 1
+  AND start_time >= toDateTime64({{start_s:Int64}}, 9, 'UTC') AND start_time < toDateTime64({{end_s:Int64}}, 9, 'UTC')
+  AND ({{service:String}} = '' OR service = {{service:String}}) AND ({{model:String}} = '' OR model = {{model:String}})
+GROUP BY side
+)
+"""
+
+
+def _exact_ms(r: dict, name: str) -> dict[float, float | None]:
+    if not r or not int(r[f"n_{name}"]):
+        return dict.fromkeys(QUANTILES)
+    return {q: round(float(v) / 1e6, 3) for q, v in zip(QUANTILES, r[f"q_{name}"])}
+
+
 def compare_attribute(*, project_id: int, start: datetime, end: datetime, key: str, value_a: str, value_b: str,
                       service: str = "", model: str = "") -> Comparison:
-    """Two values of a span attribute (two releases, two variants) over the same window: the
-    rollups do not keep attributes, so this reads ``traces`` joined with the spans that carry it."""
-    def stats(value: str) -> WindowStats:
-        return panel_selectors.window_stats(project_id=project_id, start=start, end=end, service=service,
-                                            model=model, release=(key, value))
-    return compare_stats(stats(value_a), stats(value_b))
+    """Two values of a span attribute (two releases, two variants) over the same window: a trace
+    is on a side when any of its spans carries ``key`` = that value. The rollups keep no
+    attributes, so this reads the spans of the window and the summaries of the traces found."""
+    seconds = (end - start).total_seconds()
+    rows = {r["side"]: r for r in get_store().query(_ATTRIBUTE_SQL, {
+        "project_id": project_id, "start_s": _seconds(start), "end_s": _seconds(end), "key": key,
+        "value_a": value_a, "value_b": value_b, "service": service, "model": model,
+    }, tag="dashboard.rollups.compare_attribute").dicts()}
+
+    def side(value: str) -> WindowStats:
+        r = rows.get(value)
+        if r is None:
+            return _empty(seconds)
+        n = int(r["s_requests"])
+        return WindowStats(
+            seconds=seconds, requests=n, errors=int(r["s_errors"]), input_tokens=int(r["s_input_tokens"]),
+            output_tokens=int(r["s_output_tokens"]), cost_usd=float(r["s_cost_usd"]),
+            cost_estimated=int(r["s_cost_estimated_requests"]), e2e_ms=_exact_ms(r, "e2e"),
+            ttft_ms=_exact_ms(r, "ttft"), tpot_ms=_exact_ms(r, "tpot"),
+            phase_ms={p: _exact_ms(r, p) for p in PHASES},
+            phase_mean_ms={p: int(r[f"s_{p}_sum_ns"]) / n / 1e6 for p in PHASES},
+            e2e_mean_ms=int(r["s_e2e_sum_ns"]) / n / 1e6)
+    return compare_stats(side(value_a), side(value_b))

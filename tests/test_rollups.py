@@ -222,3 +222,38 @@ def test_compare_reports_percent_change(seeded):
     by_model = rollups.compare_models(project_id=project.pk, start=utc(start), end=utc(end),
                                       model_a="gpt-4o-mini", model_b="llama-3-70b")
     assert by_model.a.requests + by_model.b.requests == 1200
+
+
+def test_compare_attribute_values(project_with_key):
+    project, _ = project_with_key()
+    rng = random.Random(9)
+    end = (time.time_ns() - 600 * NS) // NS * NS
+    start = end - 2 * 3600 * NS
+    sides = {"v1": [], "v2": [], None: []}
+    spans = []
+    for i in range(240):
+        trace = random_trace(rng, start_ns=rng.randrange(start, end))
+        release = ("v1", "v2", None)[i % 3]
+        if release:
+            trace[3].setdefault("attributes", {})["release"] = release  # on the model call, not the root
+        sides[release].append(trace[0]["trace_id"])
+        spans += trace
+    insert_spans(project.pk, spans)
+    run_tasks(project.pk)
+    result = rollups.compare_attribute(project_id=project.pk, start=utc(start), end=utc(end), key="release",
+                                       value_a="v1", value_b="v2")
+    assert result.a.requests == result.b.requests == 80
+    exact = exact_from_spans(project.pk, start_ns=start, end_ns=end)
+    assert result.a.requests + result.b.requests < exact["requests"] == 240
+    from tests.rollup_support import nearest_rank
+
+    rows = get_store().query("SELECT trace_id, e2e_ns FROM traces FINAL WHERE project_id = {p:UInt64}", {"p": project.pk},
+                             tag="tests.rollups.e2e").rows
+    e2e = dict(rows)
+    for stats, release in ((result.a, "v1"), (result.b, "v2")):
+        values = [e2e[t] for t in sides[release]]
+        assert stats.e2e_ms[0.95] == pytest.approx(nearest_rank(values, 0.95) / 1e6, abs=0.001)
+        assert stats.errors == 0 and stats.output_tokens > 0
+    none = rollups.compare_attribute(project_id=project.pk, start=utc(start), end=utc(end), key="release",
+                                     value_a="v3", value_b="v1")
+    assert none.a.requests == 0 and none.a.e2e_ms[0.95] is None and none.b.requests == 80
