@@ -45,7 +45,7 @@ class LoadTest:
                  tracer: Any = None, timeout: float = 60.0, drain_timeout: float = 30.0, window: float = 1.0,
                  knee_rule: Optional[KneeRule] = None, arrivals: str = "uniform", seed: Optional[int] = None,
                  progress: Optional[TextIO] = None, progress_interval: Optional[float] = None,
-                 warm_connections: int = 0, spare_connections: int = 4, metadata: Optional[Dict[str, Any]] = None):
+                 warm_connections: int = 0, spare_connections: Optional[int] = None, metadata: Optional[Dict[str, Any]] = None):
         if timeout <= 0 or drain_timeout < 0 or window <= 0:
             raise ValueError("timeout and window must be > 0, drain timeout >= 0")
         self.target, self.plan, self.mix = target, plan, mix
@@ -119,8 +119,12 @@ class LoadTest:
         t0 = self._t0
         start = 0.0
         mix = self.mix
-        spare = self.spare_connections
         for seg in self.plan.segments():
+            # Spare connections for about 50 ms of arrivals: enough to cover a stall of the answers
+            # (or of this process) without a send waiting for a connection to open.
+            spare = self.spare_connections
+            if spare is None:
+                spare = max(4, int(max(seg.qps_start, seg.qps_end) * 0.05))
             seg.start = start
             start = seg.end
             self.segments.append(seg)
