@@ -10,12 +10,14 @@ summarised (its spans arrived seconds ago) is found through the bloom filter alo
 
 from __future__ import annotations
 
+import functools
 import gc
 import re
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from store import get_store
 
@@ -100,11 +102,12 @@ class SpanView:
     def as_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
-    def as_row(self) -> list:
-        return [getattr(self, k) for k in SPAN_FIELDS]
+    def as_row(self) -> tuple:
+        return _span_row(self)
 
 
 SPAN_FIELDS = tuple(SpanView.__dataclass_fields__)
+_span_row = attrgetter(*SPAN_FIELDS)  # one C call per span for the column-wise JSON
 
 
 @dataclass
@@ -163,6 +166,8 @@ def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict],
     """The whole trace from its (deduplicated) span rows; ``prices`` (the project's price table)
     estimates the cost of spans that carry tokens but no cost, as the summariser does."""
     tree = Tree.build(rows)
+    # Phase times and the rows' self times need the same per-span intervals: compute them once.
+    tree.self_intervals = functools.cache(tree.self_intervals)
     summary = trace_summarize((), prices=prices, tree=tree)
     path = critical_path((), tree=tree)
     critical: dict[str, int] = {}
