@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,11 +19,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tracedash_sdk as td
 from demo.simulator import SimulatorConfig, serve
 from tracedash_sdk.loadtest import (ArrivalClock, BurstPlan, ConstantPlan, KneeRule, LoadTest, RequestMix, ScenarioError,
-                                    Segment, StepPlan, Target, load_scenario_file)
+                                    Segment, StepPlan, Target, load_scenario_file, percentile)
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENS = 20
@@ -266,3 +269,28 @@ def test_console_script_writes_the_report_and_prints_a_table(tmp_path):
                          cwd=tmp_path, env={"PYTHONPATH": str(ROOT / "sdk"), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "target must be an http(s) URL" in bad.stderr
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.05, 20.0), st.floats(0.0, 500.0), st.floats(0.0, 500.0)), min_size=1, max_size=6))
+def test_uniform_schedule_is_sorted_and_matches_the_planned_rate(parts):
+    clock = ArrivalClock("uniform")
+    start, times, expected = 0.0, [], 0.0
+    for i, (duration, q0, q1) in enumerate(parts):
+        seg = Segment(i, f"s{i}", "step", duration, q0, q1)
+        seg.start = start
+        got = list(clock.times(seg))
+        assert all(seg.start <= t < seg.end + 1e-9 for t in got)
+        times += got
+        start = seg.end
+        expected += duration * (q0 + q1) / 2
+    assert times == sorted(times)
+    # one arrival at 0, then one per unit of the integral of the rate: never drifts from the plan
+    assert abs(len(times) - (1 + expected)) <= 1.0 + 1e-6 * expected
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=200), st.sampled_from([50, 90, 95, 99]))
+def test_percentile_is_numpy_linear(values, p):
+    data = sorted(values)
+    expected = statistics.quantiles(data, n=100, method="inclusive")[p - 1] if len(data) > 1 else data[0]
+    assert percentile(data, p) == pytest.approx(expected, rel=1e-9, abs=1e-6)

@@ -53,10 +53,12 @@ class Segment:
         return self.qps_start * t + (self.qps_end - self.qps_start) * t * t / (2.0 * self.duration)
 
     def _time_of_count(self, n: float) -> float:
+        if n <= 0:
+            return 0.0
         a = (self.qps_end - self.qps_start) / (2.0 * self.duration)
         b = self.qps_start
         if abs(a) < 1e-12:
-            return n / b
+            return n / b if b > 0 else math.inf
         disc = b * b + 4.0 * a * n
         return (-b + math.sqrt(max(disc, 0.0))) / (2.0 * a)
 
@@ -86,6 +88,8 @@ class ArrivalClock:
 
     def _uniform(self, seg: Segment) -> Iterator[float]:
         total = seg._count_until(seg.duration)
+        if total <= 0:
+            return
         carry = self._carry
         count = int(math.floor(carry + total + 1e-9))
         for j in range(1, count + 1):
