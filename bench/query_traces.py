@@ -100,6 +100,13 @@ def _explorer_page2(state: dict, i: int) -> int:
     return len(page.rows)
 
 
+def _facets(state: dict, i: int) -> int:
+    from dashboard.explorer import explorer_facets
+
+    facets = explorer_facets(project_id=PROJECT_ID, start_ns=state["start"], end_ns=state["end"])
+    return len(facets["services"]) + len(facets["models"])
+
+
 def _attribute_values(store, key: str, hours: float) -> dict:
     """Values of ``key`` on spans of the last ``hours``, to filter by (different ones per run)."""
     state = _window(store, hours)
@@ -124,6 +131,7 @@ SCENARIOS = [
     Scenario("explorer first page, service filter, 24 h", 100, 37, lambda s: _window(s, 24), _explorer(service="agent-gateway")),
     Scenario("explorer first page, service filter, 30 d", None, None, lambda s: _window(s, 24 * 31), _explorer(service="agent-gateway")),
     Scenario("explorer next page (cursor), service, 24 h", None, None, lambda s: _window(s, 24), _explorer_page2),
+    Scenario("explorer filter choices (services, models), 24 h", None, None, lambda s: _window(s, 24), _facets),
     Scenario("explorer sorted by duration, errors, 24 h", None, None, lambda s: _window(s, 24),
              _explorer(sort="duration", status="error")),
     Scenario("attribute filter user.id=…, 24 h", 300, 1769, lambda s: _attribute_values(s, "user.id", 24),

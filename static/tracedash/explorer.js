@@ -139,12 +139,34 @@
     if (!ids.length) return;
     const params = queryWithout(["cursor", "ids"]);
     params.set("ids", ids.slice(0, 200).join(","));
-    const response = await fetch(`${rowsUrl}?${params}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
-    if (!response.ok) return;
-    const body = await response.json();
-    if (!body.rows || !body.rows.length) return;
-    if (liveInserts) insertRows(body.rows);
-    else announce(body.rows);
+    try {
+      const response = await fetch(`${rowsUrl}?${params}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (!response.ok) return;
+      const body = await response.json();
+      if (!body.rows || !body.rows.length) return;
+      if (liveInserts) insertRows(body.rows);
+      else announce(body.rows);
+    } catch (err) {
+      // The server is restarting or the network dropped: the next announcement tries again.
+    }
+  }
+
+  // Announcements arrive in bursts under load: ask for their ids at most once a second.
+  const pending = new Set();
+  let flushTimer = null;
+  function want(ids, delayMs) {
+    setTimeout(() => {
+      ids.forEach((id) => pending.add(id));
+      if (flushTimer === null) {
+        flushTimer = setTimeout(() => {
+          flushTimer = null;
+          const batch = Array.from(pending).slice(0, 200);
+          batch.forEach((id) => pending.delete(id));
+          fetchMatching(batch);
+          if (pending.size) want([], 0);
+        }, 1000);
+      }
+    }, delayMs);
   }
 
   const proto = location.protocol === "https:" ? "wss" : "ws";
@@ -153,11 +175,10 @@
     ws.onmessage = (msg) => {
       const event = JSON.parse(msg.data);
       if (event.type === "traces.summarized") {
-        fetchMatching(event.trace_ids || []);
+        want(event.trace_ids || [], 0);
       } else if (event.type === "traces.ingested") {
         // Summaries follow ingestion by a few seconds; look then (and again on traces.summarized).
-        const ids = event.trace_ids || [];
-        setTimeout(() => fetchMatching(ids), 3000);
+        want(event.trace_ids || [], 3000);
       }
     };
     ws.onclose = (e) => { if (e.code !== 4403) setTimeout(connect, 3000); };
