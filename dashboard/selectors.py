@@ -219,42 +219,10 @@ def resources_series(*, project_id: int, start: datetime, end: datetime, host: s
 
 @dataclass(frozen=True)
 class LoadSeries:
-    """Request rate and P95 end-to-end latency on the resource charts' time axis."""
+    """Request rate and P95 end-to-end latency on the resource charts' time axis (a bucket
+    without requests has a rate of 0 — no requests is a measured zero — and no P95: a gap)."""
 
     times: list[datetime]
     step_seconds: int
     rps: list[float | None]
     p95_e2e_ms: list[float | None]
-
-
-# Requests are traces whose root starts in the bucket (DOMAIN.md); the latest summary of each
-# trace (FINAL). P95 by t-digest (mergeable, stable between queries), as the rollups compute it.
-_TRACES_LOAD_SQL = """
-SELECT intDiv(toUnixTimestamp64Milli(start_time), {step_ms:UInt64}) * {step_ms:UInt64} AS bucket_ms,
-       count() AS requests,
-       quantileTDigest(0.95)(e2e_ns) AS p95_ns
-FROM traces FINAL
-WHERE project_id = {project_id:UInt64} AND has_root = 1
-  AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})
-GROUP BY bucket_ms
-ORDER BY bucket_ms
-"""
-
-
-def traces_load_series(*, project_id: int, start: datetime, end: datetime, step: int) -> LoadSeries:
-    """Requests/s and P95 E2E per bucket of ``step`` seconds; a bucket without requests has no
-    P95 (a gap) and a rate of 0 (no requests is a measured zero, not missing data)."""
-    times = bucket_times(start=start, end=end, step=step)
-    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
-    rps: list[float | None] = [0.0] * len(times)
-    p95: list[float | None] = [None] * len(times)
-    result = get_store().query(_TRACES_LOAD_SQL, {
-        "project_id": project_id, "step_ms": step * 1000,
-        "start_ms": int(start.timestamp() * 1000), "end_ms": int(end.timestamp() * 1000),
-    }, tag="dashboard.selectors.traces_load_series")
-    for r in result.dicts():
-        i = index.get(r["bucket_ms"])
-        if i is not None:
-            rps[i] = r["requests"] / step
-            p95[i] = round(r["p95_ns"] / 1e6, 3)
-    return LoadSeries(times=times, step_seconds=step, rps=rps, p95_e2e_ms=p95)

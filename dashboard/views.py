@@ -67,13 +67,21 @@ def _firing_alerts(project_id: int) -> list[dict]:
     return alerts_firing_payload(project_id=project_id)
 
 
+def _load_series(project_id: int, window: TimeWindow) -> selectors.LoadSeries:
+    """Request rate and P95 E2E from the rollups, in the resource charts' buckets (the same point
+    budget gives the same step)."""
+    series = rollups.window_series(project_id=project_id, start=window.start, end=window.end,
+                                   points=selectors.RESOURCE_POINTS)
+    return selectors.LoadSeries(times=series.times, step_seconds=series.step_seconds,
+                                rps=[0.0 if b is None else b.rps for b in series.buckets],
+                                p95_e2e_ms=series.values(lambda b: b.e2e_ms[0.95]))
+
+
 def _resources_panel(project_id: int, window: TimeWindow, host: str, *, latest: bool = False) -> dict:
-    step = selectors.bucket_seconds(start=window.start, end=window.end, points=selectors.RESOURCE_POINTS)
     reads = {
         "series": lambda: selectors.resources_series(project_id=project_id, start=window.start, end=window.end,
                                                      host=host),
-        "load": lambda: selectors.traces_load_series(project_id=project_id, start=window.start, end=window.end,
-                                                     step=step),
+        "load": lambda: _load_series(project_id, window),
     }
     if latest:
         reads["latest"] = lambda: selectors.resources_latest(project_id=project_id)

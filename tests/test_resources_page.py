@@ -48,7 +48,7 @@ def test_latest_figures_per_host_and_gpu(client, make_user, project_with_key):
 # --- over time -----------------------------------------------------------------------------------
 from datetime import datetime, timedelta, timezone  # noqa: E402
 
-from dashboard.selectors import bucket_seconds, resources_series, traces_load_series  # noqa: E402
+from dashboard.selectors import bucket_seconds, resources_series  # noqa: E402
 
 S = 10**9
 
@@ -103,20 +103,27 @@ def test_series_buckets_average_and_peak_and_leave_gaps(make_user, project_with_
     assert [h.host for h in only_h2.hosts] == ["h2"] and only_h2.gpus == []
 
 
-def test_load_series_counts_requests_per_bucket_from_latest_trace_summaries(project_with_key):
-    mine, _ = project_with_key()
-    end = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(hours=1)  # within the TTL
-    start = end - timedelta(minutes=15)
-    t0 = int(start.timestamp()) * S
-    rows = []
-    for i, e2e_ms in enumerate([100, 200, 300, 400]):
-        rows.append(trace_row(mine.pk, f"{i:032x}", t0 + S * (1 + i), e2e_ms, version=1))
+def test_request_rate_and_p95_beside_the_resources_come_from_the_rollups(client, make_user, project_with_key):
+    from dashboard.rollup_services import rollups_rebuild
+
+    alice = make_user()
+    mine, _ = project_with_key(members=[alice])
+    now = time.time_ns()
+    t0 = (now - 30 * 60 * S) // (300 * S) * (300 * S)  # a 5-minute bucket start, half an hour ago
+    rows = [trace_row(mine.pk, f"{i:032x}", t0 + S * (1 + i), e2e_ms, version=1)
+            for i, e2e_ms in enumerate([100, 200, 300, 400])]
     rows.append(trace_row(mine.pk, f"{0:032x}", t0 + S, 5000, version=2))  # re-summarised: latest wins
     get_store().insert("traces", rows, tag="tests.resources")
-    load = traces_load_series(project_id=mine.pk, start=start, end=end, step=10)
-    assert load.rps[0] == 0.4 and load.rps[1] == 0.0
-    assert load.p95_e2e_ms[1] is None
-    assert 400 < load.p95_e2e_ms[0] <= 5000
+    rollups_rebuild(project_id=mine.pk, from_ns=t0, to_ns=t0 + 60 * S)
+    client.force_login(alice)
+    body = client.get("/resources/series.json?range=6h").json()  # 5-minute buckets, from the rollups
+    assert body["step_seconds"] == 300
+    i = body["times"].index(datetime.fromtimestamp(t0 / S, tz=timezone.utc).isoformat())
+    assert body["load"]["rps"][i] == pytest.approx(4 / 300)
+    assert body["load"]["rps"][i - 1] == 0.0 and body["load"]["p95_e2e_ms"][i - 1] is None
+    assert body["load"]["p95_e2e_ms"][i] == pytest.approx(5000, rel=0.005)  # nearest rank of 4: the largest
+    rps = body["figures"]["fig-rps"]["data"][0]["y"]
+    assert rps[i] == pytest.approx(4 / 300)
 
 
 def trace_row(project_id, trace_id, start_ns, e2e_ms, *, version):
