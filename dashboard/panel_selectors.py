@@ -140,13 +140,15 @@ def window_stats(*, project_id: int, start: datetime, end: datetime, service: st
     return _stats(r, (end - start).total_seconds())
 
 
-# Traces with a span carrying attribute key = value (a release, a variant), in the same time range
+# Traces with a span carrying attribute key = value (a release, a variant) as a span attribute or
+# a resource attribute (OpenTelemetry puts ``service.version`` there), in the same time range
 # (spans may start a little before their trace — clock skew — or long after it).
 _ATTRIBUTE_TRACES = """SELECT DISTINCT trace_id FROM spans
     WHERE project_id = {project_id:UInt64}
       AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)
       AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)
-      AND attributes[{attr_key:String}] = {attr_value:String}"""
+      AND (attributes[{attr_key:String}] = {attr_value:String}
+           OR resource_attributes[{attr_key:String}] = {attr_value:String})"""
 
 
 @dataclass(frozen=True)
@@ -256,12 +258,13 @@ def panel_facets(*, project_id: int, start: datetime, end: datetime) -> dict[str
 
 
 def attribute_values(*, project_id: int, start: datetime, end: datetime, key: str, limit: int = 50) -> list[str]:
-    """Values of span attribute ``key`` in the window (the compare page's release choices)."""
+    """Values of span or resource attribute ``key`` in the window (the compare page's choices)."""
     r = get_store().query(
-        "SELECT groupUniqArray({limit:UInt32})(attributes[{attr_key:String}]) AS vals FROM spans"
+        "SELECT groupUniqArray({limit:UInt32})(if(mapContains(attributes, {attr_key:String}),"
+        " attributes[{attr_key:String}], resource_attributes[{attr_key:String}])) AS vals FROM spans"
         " WHERE project_id = {project_id:UInt64}"
         " AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})"
-        " AND mapContains(attributes, {attr_key:String})",
+        " AND (mapContains(attributes, {attr_key:String}) OR mapContains(resource_attributes, {attr_key:String}))",
         _params(project_id, start, end, "", "", attr_key=key, limit=limit),
         tag="dashboard.panel_selectors.attribute_values").dicts()[0]
     return sorted(v for v in r["vals"] if v)

@@ -80,3 +80,27 @@ def test_two_models_and_two_releases_and_bad_input(client, seeded):
     assert bad.status_code == 400 and "a_from and a_to must be ISO 8601" in bad.json()["error"]["message"]
     assert client.get("/compare.json?mode=sideways").status_code == 400
     assert client.get("/compare/?mode=sideways").status_code == 200  # the page says what was wrong
+
+
+def test_releases_from_a_resource_attribute(client, make_user, project_with_key):
+    """OpenTelemetry SDKs put the release in the resource (``service.version``)."""
+    alice = make_user()
+    project, _ = project_with_key(members=[alice])
+    now = time.time_ns()
+    traces = []
+    for version, inference_ms in (("2.3.0", 1200), ("2.4.0", 600)):
+        for i in range(4):
+            spans = trace(now - (60 - i) * 60 * S, inference_ms=inference_ms)
+            for span in spans:
+                span.pop("attributes", None)
+                span["resource_attributes"] = {"service.version": version}
+            traces.append(spans)
+    seed_rolled_up(project_id=project.pk, traces=traces)
+    client.force_login(alice)
+    body = client.get("/compare.json?mode=attribute&range=6h&attr=service.version&a_value=2.3.0&b_value=2.4.0").json()
+    rows = rows_by_metric(body)
+    assert rows["Requests"]["a"] == 4 and rows["Requests"]["b"] == 4
+    assert rows["inference P50"]["a"] == 1200 and rows["inference P50"]["b"] == 600
+    assert rows["inference P50"]["change_percent"] == pytest.approx(-50.0)
+    html = client.get("/compare/?mode=attribute&range=6h&attr=service.version").content.decode()
+    assert '<option value="2.3.0">' in html and '<option value="2.4.0">' in html
