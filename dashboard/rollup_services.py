@@ -29,7 +29,11 @@ from .summarizer import _clock_ns, watermark_get, watermark_set
 JOB = "rollup"
 NS = 1_000_000_000
 MINUTE, HOUR, DAY = 60, 3600, 86400
-LEVELS = {"minute": ("rollup_minute", MINUTE), "hour": ("rollup_hour", HOUR), "day": ("rollup_day", DAY)}
+LEVELS = {"minute": ("rollup_minute", MINUTE), "hour": ("rollup_hour", HOUR), "day": ("rollup_day", DAY),
+          "hour_all": ("rollup_hour_all", HOUR), "day_all": ("rollup_day_all", DAY)}
+# Where each level is computed from: (source table, its time column, the bucket expression).
+_SOURCES = {"hour": ("rollup_minute FINAL", "toStartOfHour(bucket)"), "day": ("rollup_hour FINAL", "toStartOfDay(bucket)"),
+            "hour_all": ("rollup_hour FINAL", "bucket"), "day_all": ("rollup_hour_all FINAL", "toStartOfDay(bucket)")}
 HIST_GAMMA = 1.01  # histogram bucket growth: the value shown is within (γ-1)/(γ+1) < 0.5 % of the exact one
 _LN_GAMMA = math.log(HIST_GAMMA)
 
@@ -79,8 +83,8 @@ _ZERO = {c: ("CAST(map(), 'Map(UInt16, UInt64)')" if c.endswith("_hist") else "0
          for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")}
 
 
-def _select(exprs: dict[str, str], bucket: str) -> str:
-    parts = ["project_id", f"{bucket} AS b", "service", "model"]
+def _select(exprs: dict[str, str], bucket: str, dims: tuple[str, str]) -> str:
+    parts = ["project_id", f"{bucket} AS b", f"{dims[0]} AS s", f"{dims[1]} AS m"]
     # Aliases differ from the column names (an alias named like a column would shadow it in the
     # other aggregates); INSERT … SELECT matches columns by position.
     parts += [f"{exprs[c]} AS a_{c}" for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")]
@@ -101,33 +105,35 @@ _LATEST_TRACES = """SELECT project_id, trace_id, start_time, service, model, has
           AND start_time >= fromUnixTimestamp64Nano({lo_ns:Int64}) AND start_time < fromUnixTimestamp64Nano({hi_ns:Int64}))
     ORDER BY version DESC
     LIMIT 1 BY trace_id"""
+_BUCKETS = "(SELECT toDateTime(toUInt32(arrayJoin(splitByChar(',', {buckets:String}))), 'UTC'))"
 
 
 def _recompute_sql(level: str) -> str:
-    """INSERT the buckets of ``level`` listed in {buckets} (unix seconds, comma-joined) (all within
-    [{lo}, {hi})), recomputed from their source, plus zero rows for keys no longer there."""
+    """INSERT the buckets of ``level`` listed in {buckets} (unix seconds, comma-joined; all within
+    [{lo_ns}, {hi_ns})), recomputed from their source, plus zero rows for keys no longer there."""
     table, _ = LEVELS[level]
+    dims = ("''", "''") if level.endswith("_all") else ("service", "model")
     if level == "minute":
         source = f"({_LATEST_TRACES})"
         time_col, bucket = "start_time", "toStartOfMinute(start_time)"
         where_extra = " AND has_root = 1"
         exprs = _FROM_TRACES
     else:
-        source = f"{'rollup_minute' if level == 'hour' else 'rollup_hour'} FINAL"
-        time_col = "bucket"
-        bucket = "toStartOfHour(bucket)" if level == "hour" else "toStartOfDay(bucket)"
-        where_extra = ""
-        exprs = _FROM_ROLLUP
+        source, bucket = _SOURCES[level]
+        time_col, where_extra, exprs = "bucket", "", _FROM_ROLLUP
     where = (f"project_id = {{project_id:UInt64}} AND {time_col} >= fromUnixTimestamp64Nano({{lo_ns:Int64}}) "
-             f"AND {time_col} < fromUnixTimestamp64Nano({{hi_ns:Int64}}) AND {bucket} IN (SELECT toDateTime(toUInt32(arrayJoin(splitByChar(',', {{buckets:String}}))), 'UTC'))"
-             f"{where_extra}")
-    fresh = f"SELECT\n    {_select(exprs, bucket)}\nFROM {source}\nWHERE {where}\nGROUP BY project_id, b, service, model\nHAVING a_requests > 0"
-    gone_parts = ["project_id", "bucket AS b", "service", "model"]
+             f"AND {time_col} < fromUnixTimestamp64Nano({{hi_ns:Int64}}) AND {bucket} IN {_BUCKETS}{where_extra}")
+    # A key is still there when its source has requests for it: zero rows of finer levels (keys
+    # that vanished there) must not keep it alive here.
+    live = "" if level == "minute" else " AND requests > 0"
+    fresh = (f"SELECT\n    {_select(exprs, bucket, dims)}\nFROM {source}\nWHERE {where}\n"
+             "GROUP BY project_id, b, s, m\nHAVING a_requests > 0")
+    gone_parts = ["project_id", "bucket AS b", "service AS s", "model AS m"]
     gone_parts += [f"{_ZERO[c]} AS a_{c}" for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")]
     gone_parts.append("{version:UInt64} AS version")
     gone = (f"SELECT {', '.join(gone_parts)}\nFROM {table} FINAL\n"
-            f"WHERE project_id = {{project_id:UInt64}} AND bucket IN (SELECT toDateTime(toUInt32(arrayJoin(splitByChar(',', {{buckets:String}}))), 'UTC')) AND requests > 0\n"
-            f"  AND (bucket, service, model) NOT IN (SELECT {bucket}, service, model FROM {source} WHERE {where})")
+            f"WHERE project_id = {{project_id:UInt64}} AND bucket IN {_BUCKETS} AND requests > 0\n"
+            f"  AND (bucket, service, model) NOT IN (SELECT {bucket}, {dims[0]}, {dims[1]} FROM {source} WHERE {where}{live})")
     return f"INSERT INTO {table} ({_COLUMN_LIST})\n{fresh}\nUNION ALL\n{gone}"
 
 
@@ -166,7 +172,10 @@ def rollup_minutes_recompute(*, project_id: int, minutes: Iterable[int]) -> tupl
     n_minutes = rollup_buckets_recompute(project_id=project_id, level="minute", buckets=minutes)
     hours = {_floor(m, HOUR) for m in minutes}
     n_hours = rollup_buckets_recompute(project_id=project_id, level="hour", buckets=hours)
-    n_days = rollup_buckets_recompute(project_id=project_id, level="day", buckets={_floor(h, DAY) for h in hours})
+    rollup_buckets_recompute(project_id=project_id, level="hour_all", buckets=hours)
+    days = {_floor(h, DAY) for h in hours}
+    n_days = rollup_buckets_recompute(project_id=project_id, level="day", buckets=days)
+    rollup_buckets_recompute(project_id=project_id, level="day_all", buckets=days)
     return n_minutes, n_hours, n_days
 
 
@@ -229,8 +238,11 @@ def rollups_rebuild(*, project_id: int, from_ns: int, to_ns: int,
     for i, day in enumerate(days, 1):
         minutes = range(day, day + DAY, MINUTE)
         total += rollup_buckets_recompute(project_id=project_id, level="minute", buckets=minutes)
-        rollup_buckets_recompute(project_id=project_id, level="hour", buckets=range(day, day + DAY, HOUR))
+        hours = range(day, day + DAY, HOUR)
+        rollup_buckets_recompute(project_id=project_id, level="hour", buckets=hours)
+        rollup_buckets_recompute(project_id=project_id, level="hour_all", buckets=hours)
         rollup_buckets_recompute(project_id=project_id, level="day", buckets=[day])
+        rollup_buckets_recompute(project_id=project_id, level="day_all", buckets=[day])
         if progress is not None:
             progress(i, len(days))
     return total

@@ -81,11 +81,14 @@ def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> lis
     return segments
 
 
-def _source(segments: list[tuple[str, int, int]], columns: str) -> tuple[str, dict]:
+def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool = False) -> tuple[str, dict]:
+    """The rows of the segments' levels, filtered; ``totals``: hours and days from the rollups
+    summed over every service and model (for reads that filter neither and need no model)."""
     parts, params = [], {}
     for i, (level, lo, hi) in enumerate(segments):
+        table = _TABLE[level] + ("_all" if totals and level != "minute" else "")
         parts.append(
-            f"SELECT {columns} FROM {_TABLE[level]} FINAL WHERE project_id = {{project_id:UInt64}}"
+            f"SELECT {columns} FROM {table} FINAL WHERE project_id = {{project_id:UInt64}}"
             f" AND bucket >= toDateTime({{lo{i}:UInt32}}, 'UTC') AND bucket < toDateTime({{hi{i}:UInt32}}, 'UTC')"
             " AND ({service:String} = '' OR service = {service:String}) AND ({model:String} = '' OR model = {model:String})")
         params[f"lo{i}"], params[f"hi{i}"] = lo, hi
@@ -131,15 +134,16 @@ def _read(segments, *, project_id: int, service: str, model: str, hists: tuple[s
     """Sums per time bucket (``step``; one bucket 0 without) and the chosen histograms'
     quantile keys and counts per bucket."""
     time_expr = "intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32}" if step else "toUInt32(0)"
-    columns = ", ".join(("bucket", "model", *_SUM_COLUMNS))
-    source, params = _source(segments, columns)
+    columns = ", ".join(("bucket", *_SUM_COLUMNS))
+    totals = not service and not model
+    source, params = _source(segments, columns, totals=totals)
     params.update(project_id=project_id, service=service, model=model, step=step or 1)
     store = get_store()
     sums = {int(r["t"]): r for r in store.query(
         f"SELECT {time_expr} AS t, {_SUMS} FROM {source} GROUP BY t HAVING s_requests > 0", params, tag=f"{tag}.sums").dicts()}
     quantiles: dict[int, dict[str, tuple[list, int]]] = {}
     if sums and hists:
-        source, _ = _source(segments, ", ".join(("bucket", *(f"{h}_hist" for h in hists))))
+        source, _ = _source(segments, ", ".join(("bucket", *(f"{h}_hist" for h in hists))), totals=totals)
         for t, metric, keys, n in store.query(_quantiles_query(source, hists, time_expr), params,
                                               tag=f"{tag}.quantiles").rows:
             quantiles.setdefault(int(t), {})[hists[int(metric)]] = (keys, int(n))
@@ -240,7 +244,7 @@ def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service:
     counts = [[0] * len(times) for _ in range(len(LATENCY_EDGES_MS) + 1)]
     segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end), step=step)
     if segments:
-        source, params = _source(segments, "bucket, e2e_hist")
+        source, params = _source(segments, "bucket, e2e_hist", totals=not service and not model)
         sql = ("SELECT intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32} AS t,"
                " arrayCount(first -> k >= first, {firsts:String}::Array(UInt16)) AS lat, sum(c) AS n"
                f" FROM {source} ARRAY JOIN mapKeys(e2e_hist) AS k, mapValues(e2e_hist) AS c GROUP BY t, lat")

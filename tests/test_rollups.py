@@ -131,8 +131,8 @@ def test_hour_and_day_rollups_agree_with_minutes(seeded):
     assert per_hour == hours
 
 
-def no_model_requests(project_id: int) -> int:
-    return get_store().query("SELECT sum(requests) FROM rollup_minute FINAL WHERE project_id = {p:UInt64} AND model = ''",
+def no_model_requests(project_id: int, table: str = "rollup_minute") -> int:
+    return get_store().query(f"SELECT sum(requests) FROM {table} FINAL WHERE project_id = {{p:UInt64}} AND model = ''",
                              {"p": project_id}, tag="tests.rollups.no_model").scalar()
 
 
@@ -171,6 +171,15 @@ def test_late_spans_and_reruns_never_double_count(project_with_key):
     rollup_services.rollup_minutes_recompute(project_id=project.pk, minutes=range(start // NS, end // NS, 60))
     assert (_table_totals(project.pk, "rollup_minute"), _table_totals(project.pk, "rollup_day")) == before
     assert before[0]["requests"] == 300
+    for table in ("rollup_hour", "rollup_day", "rollup_hour_all", "rollup_day_all"):
+        assert _table_totals(project.pk, table)["requests"] == 300, table
+    assert no_model_requests(project.pk, "rollup_hour") == no_model_requests(project.pk, "rollup_day") == 0
+    # long windows read hours and days (and their totals over every model): the same counts
+    wide = (utc(start - 2 * 86400 * NS), utc(end + 86400 * NS))
+    assert rollups.window_stats(project_id=project.pk, start=wide[0], end=wide[1]).requests == 300
+    assert sum(rollups.window_stats(project_id=project.pk, start=wide[0], end=wide[1], model=m).requests
+               for m in ("a", "b")) == 300
+    assert _table_totals(project.pk, "rollup_hour_all") == _table_totals(project.pk, "rollup_hour")
 
 
 def test_rebuild_over_a_range_matches_incremental(project_with_key):
@@ -257,3 +266,16 @@ def test_compare_attribute_values(project_with_key):
     none = rollups.compare_attribute(project_id=project.pk, start=utc(start), end=utc(end), key="release",
                                      value_a="v3", value_b="v1")
     assert none.a.requests == 0 and none.a.e2e_ms[0.95] is None and none.b.requests == 80
+
+
+def test_totals_over_services_and_models_agree_with_the_groups(seeded):
+    project, start, end = seeded
+    for level in ("hour", "day"):
+        groups = get_store().query(
+            f"SELECT bucket, sum(requests), sum(errors), sum(e2e_sum_ns), sumMap(e2e_hist), sumMap(ttft_hist),"
+            f" max(e2e_max_ns) FROM rollup_{level} FINAL WHERE project_id = {{p:UInt64}} GROUP BY bucket ORDER BY bucket",
+            {"p": project.pk}, tag="tests.rollups.groups").rows
+        totals = get_store().query(
+            f"SELECT bucket, requests, errors, e2e_sum_ns, e2e_hist, ttft_hist, e2e_max_ns FROM rollup_{level}_all FINAL"
+            f" WHERE project_id = {{p:UInt64}} AND requests > 0 ORDER BY bucket", {"p": project.pk}, tag="tests.rollups.totals").rows
+        assert groups == totals and sum(r[1] for r in totals) == 1200
