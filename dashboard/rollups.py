@@ -6,10 +6,10 @@ from ``traces``), so a page switches by its import. Each read picks its tables b
 
 - series whose step is under a minute (short windows) read ``traces`` directly
   (``panel_selectors``: few rows, exact);
-- everything else reads minute rollups (windows up to 2 days), or minute rollups for the partial
-  hours at the edges, hour rollups for the whole hours and day rollups for the whole days between —
-  a series only uses a level whose bucket divides its step (a 30-day series of 6-hour steps reads
-  hours; its KPIs read days).
+- everything else reads minute rollups (windows up to 2 days: measured cheaper than mixing
+  levels), or minute rollups for the partial hours at the edges, hour rollups for the whole hours
+  and day rollups for the whole days between — a series only uses a level whose bucket divides
+  its step (a 30-day series of 6-hour steps reads hours, its KPIs days).
 
 Windows are whole minutes: a bucket counts when its start lies in [start rounded down to the
 minute, end). Percentiles come from the rollups' log-bucket histograms: the value shown is the
@@ -35,7 +35,7 @@ from .selectors import bucket_seconds, bucket_times
 from .trace_math import PHASES
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
-MINUTES_MAX_SECONDS = 2 * DAY  # longer windows read hours for their whole hours
+MINUTES_MAX_SECONDS = 2 * DAY  # longer windows read hours for their whole hours (series: if the step allows)
 PROJECTION_DAYS = 7
 
 _TABLE = {"minute": "rollup_minute", "hour": "rollup_hour", "day": "rollup_day"}
@@ -132,21 +132,24 @@ def _quantiles_query(source: str, hists: tuple[str, ...], time_expr: str) -> str
 def _read(segments, *, project_id: int, service: str, model: str, hists: tuple[str, ...], step: int | None,
           tag: str) -> tuple[dict[int, dict], dict[int, dict[str, tuple[list, int]]]]:
     """Sums per time bucket (``step``; one bucket 0 without) and the chosen histograms'
-    quantile keys and counts per bucket."""
+    quantile keys and counts per bucket — in one query (one round trip)."""
     time_expr = "intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32}" if step else "toUInt32(0)"
-    columns = ", ".join(("bucket", *_SUM_COLUMNS))
     totals = not service and not model
-    source, params = _source(segments, columns, totals=totals)
+    source, params = _source(segments, ", ".join(("bucket", *_SUM_COLUMNS)), totals=totals)
     params.update(project_id=project_id, service=service, model=model, step=step or 1)
-    store = get_store()
-    sums = {int(r["t"]): r for r in store.query(
-        f"SELECT {time_expr} AS t, {_SUMS} FROM {source} GROUP BY t HAVING s_requests > 0", params, tag=f"{tag}.sums").dicts()}
+    sql = f"SELECT {time_expr} AS t, {_SUMS} FROM {source} GROUP BY t HAVING s_requests > 0"
+    if hists:
+        hist_source, _ = _source(segments, ", ".join(("bucket", *(f"{h}_hist" for h in hists))), totals=totals)
+        sql = (f"SELECT sums.*, quantiles.found AS found FROM ({sql}) AS sums LEFT JOIN ("
+               f"SELECT t, groupArray((metric, q, n)) AS found FROM ({_quantiles_query(hist_source, hists, time_expr)})"
+               f" GROUP BY t) AS quantiles USING t")
+    sums: dict[int, dict] = {}
     quantiles: dict[int, dict[str, tuple[list, int]]] = {}
-    if sums and hists:
-        source, _ = _source(segments, ", ".join(("bucket", *(f"{h}_hist" for h in hists))), totals=totals)
-        for t, metric, keys, n in store.query(_quantiles_query(source, hists, time_expr), params,
-                                              tag=f"{tag}.quantiles").rows:
-            quantiles.setdefault(int(t), {})[hists[int(metric)]] = (keys, int(n))
+    for r in get_store().query(sql, params, tag=tag).dicts():
+        t = int(r["t"])
+        sums[t] = r
+        for metric, keys, n in r.get("found") or ():
+            quantiles.setdefault(t, {})[hists[int(metric)]] = (keys, int(n))
     return sums, quantiles
 
 

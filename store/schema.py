@@ -240,21 +240,23 @@ def _rollup_table(name: str, *, partition_by: str, ttl: str, settings: str) -> T
     )
 
 
+# Small granules: a row holds eight histograms of up to hundreds of entries each, and a read of a
+# few hours at a window's edge should decompress those hours, not a whole day or month of rows.
 ROLLUP_MINUTE = _rollup_table("rollup_minute", partition_by="toDate(bucket)",
                               ttl="bucket + toIntervalDay({retention_days})",
-                              settings="index_granularity = 8192, ttl_only_drop_parts = 1")
+                              settings="index_granularity = 1024, ttl_only_drop_parts = 1")
 # Hour and day rollups outlive the raw spans: long-range trends stay visible after the spans go.
 ROLLUP_HOUR = _rollup_table("rollup_hour", partition_by="toYYYYMM(bucket)", ttl="bucket + toIntervalDay(400)",
-                            settings="index_granularity = 8192")
+                            settings="index_granularity = 128")
 ROLLUP_DAY = _rollup_table("rollup_day", partition_by="toYear(bucket)", ttl="bucket + toIntervalDay(1830)",
-                           settings="index_granularity = 8192")
+                           settings="index_granularity = 128")
 # The same hours and days summed over every service and model (service and model ''): what a
 # page reads when it filters neither, with several times fewer histogram entries to merge than
 # the per-(service, model) rows (measured: docs/BENCHMARKS.md "Panels").
 ROLLUP_HOUR_ALL = _rollup_table("rollup_hour_all", partition_by="toYYYYMM(bucket)", ttl="bucket + toIntervalDay(400)",
-                                settings="index_granularity = 8192")
+                                settings="index_granularity = 32")
 ROLLUP_DAY_ALL = _rollup_table("rollup_day_all", partition_by="toYear(bucket)", ttl="bucket + toIntervalDay(1830)",
-                               settings="index_granularity = 8192")
+                               settings="index_granularity = 32")
 
 # Minutes whose rollup must be recomputed: the summariser marks the minute a trace starts in (and
 # the one it started in before, when a late root moved it); the rollup task reads the marks made
