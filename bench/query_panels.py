@@ -74,9 +74,6 @@ def _shift(state: dict, i: int) -> tuple[datetime, datetime]:
     return _utc(state["start"] - delta), _utc(state["end"] - delta)
 
 
-OVERVIEW_HISTOGRAMS = ("e2e", "ttft", "network")  # the percentiles the overview's series draw
-
-
 def _overview(state: dict, i: int) -> int:
     """What the overview page reads: KPIs of the window and the previous one, series, heatmap."""
     from dashboard import rollups
@@ -85,7 +82,7 @@ def _overview(state: dict, i: int) -> int:
     args = {"project_id": PROJECT_ID, "start": start, "end": end}
     now = rollups.window_stats(**args)
     rollups.window_stats(project_id=PROJECT_ID, start=start - (end - start), end=start)
-    series = rollups.window_series(**args, histograms=OVERVIEW_HISTOGRAMS)
+    series = rollups.window_series(**args)
     rollups.latency_heatmap(**args)
     return now.requests + len(series.times)
 

@@ -149,7 +149,7 @@ def _overview(request, args) -> dict:
     points = _points(request.GET)
     previous = {**args, "start": args["start"] - (args["end"] - args["start"]), "end": args["start"]}
     return {"stats": stats_json(rollups.window_stats(**args)), "previous": stats_json(rollups.window_stats(**previous)),
-            "series": _series_json(rollups.window_series(**args, points=points))}
+            "series": _series_json(rollups.window_series(**args, points=points, histograms=rollups.HISTOGRAMS))}
 
 
 def _latency(request, args) -> dict:

@@ -88,7 +88,8 @@ def test_rollup_percentiles_agree_with_exact_over_raw_spans(seeded):
 
 def test_series_buckets_agree_with_exact(seeded):
     project, start, end = seeded
-    series = rollups.window_series(project_id=project.pk, start=utc(start), end=utc(end), points=6)
+    series = rollups.window_series(project_id=project.pk, start=utc(start), end=utc(end), points=6,
+                                   histograms=rollups.HISTOGRAMS)
     assert series.step_seconds == 1800
     total = 0
     for t, bucket in zip(series.times, series.buckets):
@@ -279,3 +280,18 @@ def test_totals_over_services_and_models_agree_with_the_groups(seeded):
             f"SELECT bucket, requests, errors, e2e_sum_ns, e2e_hist, ttft_hist, e2e_max_ns FROM rollup_{level}_all FINAL"
             f" WHERE project_id = {{p:UInt64}} AND requests > 0 ORDER BY bucket", {"p": project.pk}, tag="tests.rollups.totals").rows
         assert groups == totals and sum(r[1] for r in totals) == 1200
+
+
+def test_series_compute_the_percentiles_asked_for(seeded):
+    project, start, end = seeded
+    default = rollups.window_series(project_id=project.pk, start=utc(start), end=utc(end), points=6)
+    full = rollups.window_series(project_id=project.pk, start=utc(start), end=utc(end), points=6,
+                                 histograms=rollups.HISTOGRAMS)
+    bare = rollups.window_series(project_id=project.pk, start=utc(start), end=utc(end), points=6, histograms=())
+    for d, f, b in zip(default.buckets, full.buckets, bare.buckets):
+        assert d.requests == f.requests == b.requests and d.phase_mean_ms == b.phase_mean_ms
+        assert d.e2e_ms == f.e2e_ms and d.phase_ms["network"] == f.phase_ms["network"] and d.ttft_ms == f.ttft_ms
+        assert d.phase_ms["inference"][0.95] is None and f.phase_ms["inference"][0.95] is not None
+        assert b.e2e_ms[0.5] is None
+    with pytest.raises(ValueError):
+        rollups.window_series(project_id=project.pk, start=utc(start), end=utc(end), histograms=("nope",))

@@ -53,7 +53,8 @@ def _overview_json(url: str, key: str) -> dict:
 
 def _page_requests(session: requests.Session, url: str) -> int | None:
     html = session.get(url + "/?range=24h", timeout=30).text
-    match = re.search(r'data-kpi="requests">\s*<div class="label">[^<]*</div>\s*<div class="value">([0-9,]+)', html)
+    # the Requests tile: its value is the first number after class="value" (inside whatever tags)
+    match = re.search(r'data-kpi="requests".*?class="value">(?:\s*<[^>]+>)*\s*([0-9,]+)', html, re.S)
     return int(match.group(1).replace(",", "")) if match else None
 
 
