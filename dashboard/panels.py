@@ -10,6 +10,7 @@ plotly.js draws the same JSON. Times are written as UTC wall-clock strings.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlencode
 
@@ -36,6 +37,21 @@ def _json_ready(value):
     return value
 
 
+@lru_cache(maxsize=16)
+def _wall_clock(times: tuple[datetime, ...]) -> list[str]:
+    """A chart's time axis as UTC wall-clock strings; the traces of a page share one axis."""
+    return [_json_ready(t) for t in times]
+
+
+@lru_cache(maxsize=16)
+def _bucket_stamps(times: tuple[datetime, ...], step: int) -> list[tuple[str, str]]:
+    """(from, to) of each bucket, URL-encoded, for the explorer links."""
+    def stamp(t: datetime) -> str:
+        return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H%%3A%M%%3A%SZ")
+
+    return [(stamp(t), stamp(t + timedelta(seconds=step))) for t in times]
+
+
 class Fig:
     """The few figure operations the panels use, on a plain plotly JSON figure."""
 
@@ -44,6 +60,9 @@ class Fig:
         self.layout: dict = {**BASE_LAYOUT, **layout}
 
     def _add(self, kind: str, **trace) -> None:
+        x = trace.get("x")
+        if x and isinstance(x[0], datetime):
+            trace["x"] = _wall_clock(tuple(x))
         color = trace.pop("marker_color", None)
         if color is not None:
             trace["marker"] = {**trace.get("marker", {}), "color": color}
@@ -75,7 +94,7 @@ class Fig:
         # titles, so long category names and right-hand axes are not cut or overlapped.
         for axis in {"xaxis", "yaxis", *(k for k in layout if k.startswith(("xaxis", "yaxis")))}:
             layout[axis] = {"automargin": True, "gridcolor": "#eef0f3", **layout.get(axis, {})}
-        return {"data": _json_ready(self.data), "layout": _json_ready(layout)}
+        return {"data": self.data, "layout": _json_ready(layout)}  # traces' times converted when added
 
 
 def figure(**layout) -> Fig:
@@ -187,7 +206,10 @@ def traces_link(*, start: datetime, end: datetime, filters: dict[str, str]) -> s
 
 
 def _links(times: list[datetime], step: int, filters: dict[str, str]) -> list[str]:
-    return [traces_link(start=t, end=t + timedelta(seconds=step), filters=filters) for t in times]
+    """``traces_link`` of every bucket (the filters encoded once: a page makes thousands)."""
+    rest = urlencode({k: v for k, v in filters.items() if v})
+    rest = "&" + rest if rest else ""
+    return [f"/traces/?from={start}&to={end}{rest}" for start, end in _bucket_stamps(tuple(times), step)]
 
 
 def _bands(edges_ms) -> list[dict[str, str]]:
