@@ -1,8 +1,9 @@
-"""Rollup writes: per-minute, per-hour and per-day aggregates per project/service/model.
+"""Rollup writes: per-minute, hour, six-hour and day aggregates per project/service/model (and
+hour, six-hour and day totals over every service and model).
 
 A bucket is always recomputed whole from its source (minutes from the latest summaries in
-``traces``, hours from minutes, days from hours) by one ``INSERT … SELECT`` inside ClickHouse,
-with a higher ``version``; reads take the latest row of each key (FINAL). So recomputing a bucket
+``traces``, hours from minutes, six hours from hours, days from six hours) by one
+``INSERT … SELECT`` inside ClickHouse, with a higher ``version``; reads take the latest row of each key (FINAL). So recomputing a bucket
 twice changes nothing, a late span never counts twice (its trace's new summary replaces the old
 one, and the bucket is recomputed from the summaries), and a key that vanished from a bucket (a
 trace moved to another model when its model call arrived) is written as a zero row.
@@ -29,11 +30,15 @@ from .summarizer import _clock_ns, watermark_get, watermark_set
 JOB = "rollup"
 NS = 1_000_000_000
 MINUTE, HOUR, DAY = 60, 3600, 86400
-LEVELS = {"minute": ("rollup_minute", MINUTE), "hour": ("rollup_hour", HOUR), "day": ("rollup_day", DAY),
-          "hour_all": ("rollup_hour_all", HOUR), "day_all": ("rollup_day_all", DAY)}
-# Where each level is computed from: (source table, its time column, the bucket expression).
-_SOURCES = {"hour": ("rollup_minute FINAL", "toStartOfHour(bucket)"), "day": ("rollup_hour FINAL", "toStartOfDay(bucket)"),
-            "hour_all": ("rollup_hour FINAL", "bucket"), "day_all": ("rollup_hour_all FINAL", "toStartOfDay(bucket)")}
+SIX_HOURS = 6 * HOUR
+LEVELS = {"minute": ("rollup_minute", MINUTE), "hour": ("rollup_hour", HOUR), "6h": ("rollup_6h", SIX_HOURS),
+          "day": ("rollup_day", DAY), "hour_all": ("rollup_hour_all", HOUR), "6h_all": ("rollup_6h_all", SIX_HOURS),
+          "day_all": ("rollup_day_all", DAY)}
+# Where each level is computed from: (source, the bucket expression over the source's buckets).
+_SIX = "toStartOfInterval(bucket, toIntervalHour(6))"
+_SOURCES = {"hour": ("rollup_minute FINAL", "toStartOfHour(bucket)"), "6h": ("rollup_hour FINAL", _SIX),
+            "day": ("rollup_6h FINAL", "toStartOfDay(bucket)"), "hour_all": ("rollup_hour FINAL", "bucket"),
+            "6h_all": ("rollup_hour_all FINAL", _SIX), "day_all": ("rollup_6h_all FINAL", "toStartOfDay(bucket)")}
 HIST_GAMMA = 1.01  # histogram bucket growth: the value shown is within (γ-1)/(γ+1) < 0.5 % of the exact one
 _LN_GAMMA = math.log(HIST_GAMMA)
 
@@ -173,6 +178,9 @@ def rollup_minutes_recompute(*, project_id: int, minutes: Iterable[int]) -> tupl
     hours = {_floor(m, HOUR) for m in minutes}
     n_hours = rollup_buckets_recompute(project_id=project_id, level="hour", buckets=hours)
     rollup_buckets_recompute(project_id=project_id, level="hour_all", buckets=hours)
+    quarters = {_floor(h, SIX_HOURS) for h in hours}
+    rollup_buckets_recompute(project_id=project_id, level="6h", buckets=quarters)
+    rollup_buckets_recompute(project_id=project_id, level="6h_all", buckets=quarters)
     days = {_floor(h, DAY) for h in hours}
     n_days = rollup_buckets_recompute(project_id=project_id, level="day", buckets=days)
     rollup_buckets_recompute(project_id=project_id, level="day_all", buckets=days)
@@ -241,6 +249,8 @@ def rollups_rebuild(*, project_id: int, from_ns: int, to_ns: int,
         hours = range(day, day + DAY, HOUR)
         rollup_buckets_recompute(project_id=project_id, level="hour", buckets=hours)
         rollup_buckets_recompute(project_id=project_id, level="hour_all", buckets=hours)
+        rollup_buckets_recompute(project_id=project_id, level="6h", buckets=range(day, day + DAY, SIX_HOURS))
+        rollup_buckets_recompute(project_id=project_id, level="6h_all", buckets=range(day, day + DAY, SIX_HOURS))
         rollup_buckets_recompute(project_id=project_id, level="day", buckets=[day])
         rollup_buckets_recompute(project_id=project_id, level="day_all", buckets=[day])
         if progress is not None:

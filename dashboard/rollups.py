@@ -7,9 +7,9 @@ from ``traces``), so a page switches by its import. Each read picks its tables b
 - series whose step is under a minute (short windows) read ``traces`` directly
   (``panel_selectors``: few rows, exact);
 - everything else reads minute rollups (windows up to 2 days: measured cheaper than mixing
-  levels), or minute rollups for the partial hours at the edges, hour rollups for the whole hours
-  and day rollups for the whole days between — a series only uses a level whose bucket divides
-  its step (a 30-day series of 6-hour steps reads hours, its KPIs days).
+  levels), or the coarsest rollups with whole buckets in the window — days, then six hours, then
+  hours towards the edges, minutes for the partial hours — a series only uses a level whose bucket
+  divides its step (a 30-day series of 6-hour steps reads six-hour rows, its KPIs days).
 
 Windows are whole minutes: a bucket counts when its start lies in [start rounded down to the
 minute, end). Percentiles come from the rollups' log-bucket histograms: the value shown is the
@@ -38,8 +38,7 @@ MINUTE, HOUR, DAY = 60, 3600, 86400
 MINUTES_MAX_SECONDS = 2 * DAY  # longer windows read hours for their whole hours (series: if the step allows)
 PROJECTION_DAYS = 7
 
-_TABLE = {"minute": "rollup_minute", "hour": "rollup_hour", "day": "rollup_day"}
-_SIZE = {"minute": MINUTE, "hour": HOUR, "day": DAY}
+_TABLE = {"minute": "rollup_minute", "hour": "rollup_hour", "6h": "rollup_6h", "day": "rollup_day"}
 _QS = "[" + ", ".join(repr(q) for q in QUANTILES) + "]"
 
 
@@ -51,34 +50,29 @@ def _floor(ts: int, step: int) -> int:
     return ts // step * step
 
 
+_LEVEL_SIZES = (("day", DAY), ("6h", 6 * HOUR), ("hour", HOUR))  # each divides the one before
+
+
 def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> list[tuple[str, int, int]]:
-    """(level, from, to) pieces that cover the buckets starting in [start_s, end_s) once each:
-    minutes at the edges, hours and days for the whole hours/days between (only levels whose
-    bucket divides ``step``, when a series asks)."""
+    """(level, from, to) pieces that cover the buckets starting in [start_s, end_s) once each: the
+    coarsest level with whole buckets in the middle, finer ones towards the edges, minutes for the
+    partial hours (only levels whose bucket divides ``step``, when a series asks)."""
     start_s = _floor(start_s, MINUTE)
     if end_s <= start_s:
         return []
-    use_hours = end_s - start_s > MINUTES_MAX_SECONDS and (step is None or step % HOUR == 0)
-    if not use_hours:
+    if end_s - start_s <= MINUTES_MAX_SECONDS:
         return [("minute", start_s, end_s)]
-    h0, h1 = _ceil(start_s, HOUR), _floor(end_s, HOUR)
-    if h1 <= h0:
-        return [("minute", start_s, end_s)]
-    segments = []
-    if start_s < h0:
-        segments.append(("minute", start_s, h0))
-    d0, d1 = _ceil(h0, DAY), _floor(h1, DAY)
-    if (step is None or step % DAY == 0) and d0 < d1:
-        if h0 < d0:
-            segments.append(("hour", h0, d0))
-        segments.append(("day", d0, d1))
-        if d1 < h1:
-            segments.append(("hour", d1, h1))
-    else:
-        segments.append(("hour", h0, h1))
-    if h1 < end_s:
-        segments.append(("minute", h1, end_s))
-    return segments
+    sizes = [(level, size) for level, size in _LEVEL_SIZES if step is None or step % size == 0]
+
+    def cover(lo: int, hi: int, levels: list[tuple[str, int]]) -> list[tuple[str, int, int]]:
+        for i, (level, size) in enumerate(levels):
+            a, b = _ceil(lo, size), _floor(hi, size)
+            if a < b:
+                finer = levels[i + 1:]
+                return cover(lo, a, finer) + [(level, a, b)] + cover(b, hi, finer)
+        return [("minute", lo, hi)] if lo < hi else []
+
+    return cover(start_s, end_s, sizes)
 
 
 def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool = False) -> tuple[str, dict]:

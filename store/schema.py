@@ -250,6 +250,10 @@ ROLLUP_HOUR = _rollup_table("rollup_hour", partition_by="toYYYYMM(bucket)", ttl=
                             settings="index_granularity = 128")
 ROLLUP_DAY = _rollup_table("rollup_day", partition_by="toYear(bucket)", ttl="bucket + toIntervalDay(1830)",
                            settings="index_granularity = 128")
+# Six-hour buckets: the step of a 30-day series (about 120 points), so it merges 120 rows, not 720.
+ROLLUP_6H = _rollup_table("rollup_6h", partition_by="toYYYYMM(bucket)", ttl="bucket + toIntervalDay(400)",
+                          settings="index_granularity = 64")
+
 # The same hours and days summed over every service and model (service and model ''): what a
 # page reads when it filters neither, with several times fewer histogram entries to merge than
 # the per-(service, model) rows (measured: docs/BENCHMARKS.md "Panels").
@@ -257,6 +261,8 @@ ROLLUP_HOUR_ALL = _rollup_table("rollup_hour_all", partition_by="toYYYYMM(bucket
                                 settings="index_granularity = 32")
 ROLLUP_DAY_ALL = _rollup_table("rollup_day_all", partition_by="toYear(bucket)", ttl="bucket + toIntervalDay(1830)",
                                settings="index_granularity = 32")
+ROLLUP_6H_ALL = _rollup_table("rollup_6h_all", partition_by="toYYYYMM(bucket)", ttl="bucket + toIntervalDay(400)",
+                              settings="index_granularity = 32")
 
 # Minutes whose rollup must be recomputed: the summariser marks the minute a trace starts in (and
 # the one it started in before, when a late root moved it); the rollup task reads the marks made
@@ -286,5 +292,5 @@ TASK_WATERMARKS = Table(
 )
 
 TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES, TRACES, ROLLUP_MINUTE, ROLLUP_HOUR,
-                                                   ROLLUP_DAY, ROLLUP_HOUR_ALL, ROLLUP_DAY_ALL, ROLLUP_DIRTY,
-                                                   TASK_WATERMARKS)}
+                                                   ROLLUP_DAY, ROLLUP_HOUR_ALL, ROLLUP_DAY_ALL, ROLLUP_6H,
+                                                   ROLLUP_6H_ALL, ROLLUP_DIRTY, TASK_WATERMARKS)}

@@ -120,9 +120,10 @@ def _table_totals(project_id: int, table: str) -> dict:
 
 def test_hour_and_day_rollups_agree_with_minutes(seeded):
     project, start, end = seeded
-    minute, hour, day = (_table_totals(project.pk, t) for t in ("rollup_minute", "rollup_hour", "rollup_day"))
+    minute, hour, six, day = (_table_totals(project.pk, t) for t in ("rollup_minute", "rollup_hour", "rollup_6h",
+                                                                      "rollup_day"))
     assert minute["requests"] == 1200
-    assert minute == hour == day
+    assert minute == hour == six == day
     per_hour = get_store().query(
         "SELECT toStartOfHour(bucket) AS h, sum(requests) AS n, sumMap(ttft_hist) AS t FROM rollup_minute FINAL"
         " WHERE project_id = {p:UInt64} GROUP BY h ORDER BY h", {"p": project.pk}, tag="tests.rollups.by_hour").rows
@@ -172,7 +173,7 @@ def test_late_spans_and_reruns_never_double_count(project_with_key):
     rollup_services.rollup_minutes_recompute(project_id=project.pk, minutes=range(start // NS, end // NS, 60))
     assert (_table_totals(project.pk, "rollup_minute"), _table_totals(project.pk, "rollup_day")) == before
     assert before[0]["requests"] == 300
-    for table in ("rollup_hour", "rollup_day", "rollup_hour_all", "rollup_day_all"):
+    for table in ("rollup_hour", "rollup_6h", "rollup_day", "rollup_hour_all", "rollup_6h_all", "rollup_day_all"):
         assert _table_totals(project.pk, table)["requests"] == 300, table
     assert no_model_requests(project.pk, "rollup_hour") == no_model_requests(project.pk, "rollup_day") == 0
     # long windows read hours and days (and their totals over every model): the same counts
@@ -209,10 +210,11 @@ def test_reads_are_scoped_to_the_project(seeded, project_with_key):
 def test_segments_cover_each_bucket_once():
     day = 86400
     for start, end, step in [(0, 3 * day, None), (1234567, 1234567 + 90 * day + 3717, None),
-                             (1234567, 1234567 + 90 * day, 3600), (60 * 7, 60 * 50, None)]:
+                             (1234567, 1234567 + 90 * day, 3600), (60 * 7, 60 * 50, None),
+                             (1234567, 1234567 + 30 * day, 21600), (1234567, 1234567 + 30 * day, 10800)]:
         covered = []
         for level, lo, hi in rollups.rollup_segments(start_s=start, end_s=end, step=step):
-            size = {"minute": 60, "hour": 3600, "day": day}[level]
+            size = {"minute": 60, "hour": 3600, "6h": 21600, "day": day}[level]
             assert lo % size == 0 and hi % size == 0 or level == "minute"
             covered.append((lo, hi))
         covered.sort()
@@ -271,7 +273,7 @@ def test_compare_attribute_values(project_with_key):
 
 def test_totals_over_services_and_models_agree_with_the_groups(seeded):
     project, start, end = seeded
-    for level in ("hour", "day"):
+    for level in ("hour", "6h", "day"):
         groups = get_store().query(
             f"SELECT bucket, sum(requests), sum(errors), sum(e2e_sum_ns), sumMap(e2e_hist), sumMap(ttft_hist),"
             f" max(e2e_max_ns) FROM rollup_{level} FINAL WHERE project_id = {{p:UInt64}} GROUP BY bucket ORDER BY bucket",
