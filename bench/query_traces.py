@@ -89,12 +89,20 @@ def _explorer(**filters):
     return call
 
 
+def _second_page_setup(store) -> dict:
+    """The 24 h window and the cursor that the first page (service filter) hands out."""
+    from dashboard.explorer import ExplorerQuery, explorer_page
+
+    state = _window(store, 24)
+    first = explorer_page(project_id=PROJECT_ID, query=ExplorerQuery(
+        start_ns=state["start"], end_ns=state["end"], service="agent-gateway"))
+    state["cursor"] = first.next_cursor
+    return state
+
+
 def _explorer_page2(state: dict, i: int) -> int:
     from dashboard.explorer import ExplorerQuery, explorer_page
 
-    query = ExplorerQuery(start_ns=state["start"], end_ns=state["end"], service="agent-gateway")
-    first = explorer_page(project_id=PROJECT_ID, query=query)
-    state.setdefault("cursor", first.next_cursor)
     page = explorer_page(project_id=PROJECT_ID, query=ExplorerQuery(
         start_ns=state["start"], end_ns=state["end"], service="agent-gateway", cursor=state["cursor"]))
     return len(page.rows)
@@ -130,7 +138,7 @@ SCENARIOS = [
              note="trace_detail.trace_get: summary bounds + spans of the trace"),
     Scenario("explorer first page, service filter, 24 h", 100, 37, lambda s: _window(s, 24), _explorer(service="agent-gateway")),
     Scenario("explorer first page, service filter, 30 d", None, None, lambda s: _window(s, 24 * 31), _explorer(service="agent-gateway")),
-    Scenario("explorer next page (cursor), service, 24 h", None, None, lambda s: _window(s, 24), _explorer_page2),
+    Scenario("explorer next page (cursor), service, 24 h", None, None, _second_page_setup, _explorer_page2),
     Scenario("explorer filter choices (services, models), 24 h", None, None, lambda s: _window(s, 24), _facets),
     Scenario("explorer sorted by duration, errors, 24 h", None, None, lambda s: _window(s, 24),
              _explorer(sort="duration", status="error")),
