@@ -10,6 +10,7 @@ import re
 import threading
 import time
 import urllib.request
+from urllib.parse import urlencode
 
 import pytest
 
@@ -260,12 +261,15 @@ def test_compare_two_models_side_by_side(page, asgi_server, make_user, project_w
     cora = get_user_model().objects.get(username="cora")
     project, key = project_with_key("compare", members=[cora])
     now = time.time_ns()
-    slow = [shaped(start_ns=now - (30 - i) * 60 * S, e2e_ms=2000, service="chat", model="big") for i in range(5)]
+    big = '<img src=x onerror="window.__xss=1">big'  # a hostile model name is shown as text everywhere
+    slow = [shaped(start_ns=now - (30 - i) * 60 * S, e2e_ms=2000, service="chat", model=big) for i in range(5)]
     fast = [shaped(start_ns=now - (30 - i) * 60 * S, e2e_ms=1500, service="chat", model="small") for i in range(5)]
     post_spans(asgi_server, key, [s for t in slow + fast for s in t])
     summarised(project.pk, 10)
 
-    log_in(page, asgi_server, "cora", "/compare/?mode=models&range=6h&a_model=big&b_model=small")
+    log_in(page, asgi_server, "cora", "/compare/?" + urlencode({"mode": "models", "range": "6h", "a_model": big,
+                                                                 "b_model": "small"}))
+    expect(page.locator("#compare-table thead th").nth(1)).to_have_text(f"A: model {big}")
     # Served from the rollups: each percentile within 0.5 % of the exact one (2000 and 1500 ms).
     row = page.locator('tr[data-metric="E2E P95"]')
     expect(row.locator("td").nth(3)).to_have_class(re.compile("better"))
@@ -275,10 +279,12 @@ def test_compare_two_models_side_by_side(page, asgi_server, make_user, project_w
     i = bars["A"]["x"].index("E2E P95")
     assert bars["A"]["y"][i] == pytest.approx(2000, rel=0.005) and bars["B"]["y"][i] == pytest.approx(1500, rel=0.005)
 
-    page.select_option("#b-model", "big")
+    page.select_option("#b-model", big)
     page.get_by_role("button", name="Compare").click()
     expect(row.locator("td").nth(3)).to_have_text("0.0 %")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+    assert page.evaluate("window.__xss") is None
+    assert page.locator("#compare-table img, #chart-fig-compare img").count() == 0
     only_local(page, asgi_server)
     assert page.errors == []
