@@ -184,6 +184,30 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
     return written, spans_read
 
 
+_BOUND_SQL = """
+SELECT toUnixTimestamp64Milli(ingested_at)
+FROM spans
+WHERE project_id = {project_id:UInt64}
+  AND ingested_at >= fromUnixTimestamp64Milli({since_ms:Int64})
+  AND ingested_at < fromUnixTimestamp64Milli({until_ms:Int64})
+ORDER BY ingested_at
+LIMIT 1 OFFSET {max_spans:UInt64}
+"""
+
+
+def _bounded_until(*, project_id: int, since_ms: int, until_ms: int) -> int:
+    """Where this run stops reading: ``until_ms``, or earlier when more than
+    ``TRACEDASH_SUMMARIZE_MAX_SPANS`` spans arrived since the watermark ``since_ms`` (a backlog — a
+    bulk load, a first run — is worked off over several runs, each short). One insert's spans share their
+    ``ingested_at``, so a run takes a whole insert even when it alone is over the limit."""
+    bound = get_store().query(_BOUND_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms,
+                                            "max_spans": int(settings.TRACEDASH_SUMMARIZE_MAX_SPANS)},
+                              tag="dashboard.summarizer.bound").scalar()
+    if bound is None:
+        return until_ms
+    return min(until_ms, max(int(bound), since_ms + 1))
+
+
 def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeReport:
     """One incremental run over the given projects (default: every project). Idempotent."""
     from projects.models import Project
@@ -197,7 +221,9 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
     for project_id in project_ids:
         report.projects += 1
         until_ms = _clock_ns() // 1_000_000
-        since_ms = max(0, watermark_get(project_id=project_id, job=JOB) - overlap_ms)
+        watermark = watermark_get(project_id=project_id, job=JOB)
+        since_ms = max(0, watermark - overlap_ms)
+        until_ms = _bounded_until(project_id=project_id, since_ms=watermark, until_ms=until_ms)
         touched = store.query(_TOUCHED_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
                               tag="dashboard.summarizer.touched").dicts()
         if touched:

@@ -165,3 +165,25 @@ def test_command_names_bad_arguments():
 
     with pytest.raises(CommandError, match="no project"):
         call_command("summarize_traces", "--project", "absent")
+
+
+def test_a_backlog_is_worked_off_over_several_runs(project_with_key, settings):
+    settings.TRACEDASH_SUMMARIZE_MAX_SPANS = 12
+    project, _ = project_with_key()
+    batches = [[llm_trace() for _ in range(2)] for _ in range(3)]  # three inserts of 10 spans
+    for batch in batches:
+        insert(project.pk, [s for t in batch for s in t])
+        time.sleep(0.01)  # a later ingested_at
+    wanted = {t[0]["trace_id"] for batch in batches for t in batch}
+    first = summarizer.traces_summarize(project_ids=[project.pk])
+    assert 0 < first.traces < 6  # capped: not the whole backlog at once
+    for _ in range(4):
+        summarizer.traces_summarize(project_ids=[project.pk])
+    assert set(latest(project.pk)) == wanted
+    # one insert larger than the limit is still taken whole
+    settings.TRACEDASH_SUMMARIZE_MAX_SPANS = 1
+    big = [llm_trace() for _ in range(3)]
+    insert(project.pk, [s for t in big for s in t])
+    for _ in range(2):
+        summarizer.traces_summarize(project_ids=[project.pk])
+    assert {t[0]["trace_id"] for t in big} <= set(latest(project.pk))
