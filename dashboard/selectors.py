@@ -174,6 +174,17 @@ GPU_METRICS = ("gpu_utilization", "gpu_memory_percent", "gpu_temperature", "gpu_
 RESOURCE_POINTS = 240  # buckets per resource chart at most
 
 
+def resources_hosts(*, project_id: int, start: datetime, end: datetime, limit: int = 500) -> list[str]:
+    """The hosts that reported in [start, end) (the Resources page's host choices)."""
+    result = get_store().query(
+        "SELECT DISTINCT host FROM resource_samples WHERE project_id = {project_id:UInt64}"
+        " AND time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND time < fromUnixTimestamp64Milli({end_ms:Int64})"
+        " ORDER BY host LIMIT {limit:UInt32}",
+        {"project_id": project_id, "start_ms": int(start.timestamp() * 1000), "end_ms": int(end.timestamp() * 1000),
+         "limit": limit}, tag="dashboard.selectors.resources_hosts")
+    return [r[0] for r in result.rows]
+
+
 def resources_series(*, project_id: int, start: datetime, end: datetime, host: str = "",
                      points: int = RESOURCE_POINTS, max_processes: int = 12) -> ResourceSeries:
     """Host and GPU figures of the project over ``[start, end)``, in buckets sized so the range

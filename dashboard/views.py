@@ -85,6 +85,7 @@ def _resources_panel(project_id: int, window: TimeWindow, host: str, *, latest: 
     }
     if latest:
         reads["latest"] = lambda: selectors.resources_latest(project_id=project_id)
+        reads["hosts"] = lambda: selectors.resources_hosts(project_id=project_id, start=window.start, end=window.end)
     r = panel_selectors.reads_concurrently(**reads)
     return {**r, "figures": panels.resources_figures(r["series"], r["load"], alerts=_firing_alerts(project_id))}
 

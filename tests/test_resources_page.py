@@ -149,6 +149,7 @@ def test_page_and_json_draw_the_series_of_the_users_project_only(client, make_us
     page = client.get("/resources/?range=15m")
     assert page.status_code == 200
     html = page.content.decode()
+    assert '<option value="gpu-node-1">gpu-node-1</option>' in html  # a host choice
     for chart in ("fig-gpu-util", "fig-gpu-mem", "fig-gpu-temp", "fig-gpu-power", "fig-gpu-proc", "fig-host-cpu",
                   "fig-host-mem", "fig-rps", "fig-p95"):
         assert f'data-figure="{chart}"' in html
