@@ -371,7 +371,8 @@ def costs_figures(series: WindowSeries, spend: ModelSpend, *, filters: dict[str,
     by_model = figure(barmode="stack", **_series_layout(series, "Spend per model", "USD"))
     for model, values in sorted(spend.cost_by_model.items()):
         model_links = _links(spend.times, spend.step_seconds, {**filters, "model": "" if model == "(no model)" else model})
-        by_model.add_bar(x=spend.times, y=[_r(v, 8) for v in values], name=model, customdata=model_links)
+        by_model.add_bar(x=spend.times, y=[_r(v, 8) for v in values], name=model, customdata=model_links,
+                         showlegend=True)
     return {"fig-tokens": figure_dict(tokens), "fig-unit-cost": figure_dict(unit), "fig-spend": figure_dict(by_model)}
 
 
