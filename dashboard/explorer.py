@@ -11,8 +11,9 @@
   arrives meanwhile neither repeats nor hides a row.
 - ``explorer_rows_for_ids``: the rows among given trace ids that match a query (live updates).
 
-The summary table is a ReplacingMergeTree (a trace is re-summarised when late spans arrive), so
-every read here takes the latest version with ``FINAL``.
+The summaries are a ReplacingMergeTree (a trace is re-summarised when late spans arrive), so
+every read here takes the latest version. Pages and choices read ``traces_by_start`` (the same rows
+ordered by start time, kept by a materialized view): see ``explorer_page``.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ class ExplorerRow:
     span_count: int
     phase_ns: dict[str, int] = field(default_factory=dict)
     sort_key: int | float = 0
+    version: int = 0
 
     @property
     def duration_ms(self) -> float:
@@ -232,17 +234,22 @@ def _row(r: dict) -> ExplorerRow:
         input_tokens=int(r["input_tokens"]), output_tokens=int(r["output_tokens"]),
         cost_usd=None if r["cost_usd"] is None else float(r["cost_usd"]), cost_estimated=bool(r["cost_estimated"]),
         span_count=int(r["span_count"]), phase_ns={p: int(r[f"{p}_ns"]) for p in PHASES},
-        sort_key=r.get("sort_key", 0),
+        sort_key=r.get("sort_key", 0), version=int(r.get("version") or 0),
     )
 
 
-def _conditions(q: ExplorerQuery, *, project_id: int) -> tuple[list[str], dict]:
-    """WHERE conditions and their parameters for every filter of ``q`` (not the cursor)."""
+def _conditions(q: ExplorerQuery, *, project_id: int, trace_start_ns: int | None = None) -> tuple[list[str], dict]:
+    """WHERE conditions and their parameters for every filter of ``q`` (not the cursor).
+    ``trace_start_ns``: the start of ``q.trace_id``'s summary, which ``traces_by_start`` needs to
+    find it by its primary key."""
     where = ["project_id = {project_id:UInt64}"]
     params: dict = {"project_id": project_id}
     if q.trace_id:
         where.append("trace_id = {trace_id:FixedString(32)}")
         params["trace_id"] = q.trace_id
+        if trace_start_ns is not None:
+            where.append("start_time = fromUnixTimestamp64Nano({trace_start_ns:Int64})")
+            params["trace_start_ns"] = trace_start_ns
     else:
         where.append("start_time >= fromUnixTimestamp64Nano({start_ns:Int64})")
         where.append("start_time < fromUnixTimestamp64Nano({end_ns:Int64})")
@@ -292,32 +299,74 @@ def _conditions(q: ExplorerQuery, *, project_id: int) -> tuple[list[str], dict]:
 
 
 def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
-    """One page of the project's traces matching ``query``, in its sort order, after its cursor."""
-    where, params = _conditions(query, project_id=project_id)
+    """One page of the project's traces matching ``query``, in its sort order, after its cursor.
+
+    Read from ``traces_by_start`` (the summaries ordered by start: a time window reads only its
+    own days and granules). A row there whose trace has a newer summary elsewhere (its start moved
+    when the root arrived) is stale: each candidate's version is checked against the trace's
+    latest in ``traces`` (primary-key lookups), stale ones are dropped and, rarely, more are read.
+    """
+    trace_start_ns = None
+    if query.trace_id:
+        summary = trace_summary(project_id=project_id, trace_id=query.trace_id)
+        if summary is None:
+            return ExplorerPage(rows=[], next_cursor=None)
+        trace_start_ns = summary.start_ns
+    kept: list[ExplorerRow] = []
+    cursor = query.cursor
+    while len(kept) <= query.limit:
+        wanted = query.limit + 1 - len(kept)  # one more tells whether a next page exists
+        batch = _candidates(project_id=project_id, query=query, cursor=cursor, limit=wanted,
+                            trace_start_ns=trace_start_ns)
+        latest = _latest_versions(project_id=project_id, trace_ids=[r.trace_id for r in batch])
+        kept.extend(r for r in batch if latest.get(r.trace_id) == r.version)
+        if len(batch) < wanted:
+            break
+        cursor = _cursor_after(query, batch[-1])
+    next_cursor = None
+    if len(kept) > query.limit:
+        kept = kept[: query.limit]
+        next_cursor = _cursor_after(query, kept[-1])
+    return ExplorerPage(rows=kept, next_cursor=next_cursor)
+
+
+def _cursor_after(query: ExplorerQuery, row: ExplorerRow) -> Cursor:
+    key = float(row.sort_key) if query.sort == "cost" else int(row.sort_key)
+    return Cursor(sort=query.sort, direction=query.direction, key=key, trace_id=row.trace_id)
+
+
+def _candidates(*, project_id: int, query: ExplorerQuery, cursor: Cursor | None, limit: int,
+                trace_start_ns: int | None) -> list[ExplorerRow]:
+    where, params = _conditions(query, project_id=project_id, trace_start_ns=trace_start_ns)
     sort_sql, sort_type = _SORT_SQL[query.sort]
     null_key = _null_key(query.sort, query.direction)
     if null_key is not None:
         params["null_key"] = null_key
     op, order = (">", "ASC") if query.direction == "asc" else ("<", "DESC")
-    if query.cursor is not None:
+    if cursor is not None:
         where.append(f"(sort_key, trace_id) {op} ({{cursor_key:{sort_type}}}, {{cursor_trace_id:FixedString(32)}})")
-        params.update(cursor_key=query.cursor.key, cursor_trace_id=query.cursor.trace_id)
-    params["limit"] = query.limit + 1  # one more tells whether a next page exists
+        params.update(cursor_key=cursor.key, cursor_trace_id=cursor.trace_id)
+    params["limit"] = limit
     sql = (
-        f"SELECT {_ROW_COLUMNS}, {sort_sql} AS sort_key FROM traces FINAL\n"
+        f"SELECT {_ROW_COLUMNS}, version, {sort_sql} AS sort_key FROM traces_by_start FINAL\n"
         f"WHERE {' AND '.join(where)}\n"
         f"ORDER BY sort_key {order}, trace_id {order}\n"
-        "LIMIT {limit:UInt32}"
+        "LIMIT {limit:UInt32}\n"
+        # Every version of a row here shares its start, hence its day: FINAL need not merge days.
+        "SETTINGS do_not_merge_across_partitions_select_final = 1"
     )
     result = get_store().query(sql, params, tag="dashboard.explorer.explorer_page")
-    rows = [_row(r) for r in result.dicts()]
-    next_cursor = None
-    if len(rows) > query.limit:
-        rows = rows[: query.limit]
-        last = rows[-1]
-        key = float(last.sort_key) if query.sort == "cost" else int(last.sort_key)
-        next_cursor = Cursor(sort=query.sort, direction=query.direction, key=key, trace_id=last.trace_id)
-    return ExplorerPage(rows=rows, next_cursor=next_cursor)
+    return [_row(r) for r in result.dicts()]
+
+
+def _latest_versions(*, project_id: int, trace_ids: list[str]) -> dict[str, int]:
+    if not trace_ids:
+        return {}
+    result = get_store().query(
+        "SELECT trace_id, max(version) AS version FROM traces WHERE project_id = {project_id:UInt64}"
+        " AND trace_id IN (SELECT arrayJoin(splitByChar(',', {trace_ids:String}))) GROUP BY trace_id",
+        {"project_id": project_id, "trace_ids": ",".join(trace_ids)}, tag="dashboard.explorer.latest_versions")
+    return {trace_id: int(version) for trace_id, version in result.rows}
 
 
 def explorer_rows_for_ids(*, project_id: int, query: ExplorerQuery, trace_ids: list[str]) -> list[ExplorerRow]:
@@ -393,7 +442,7 @@ def explorer_facets(*, project_id: int, start_ns: int, end_ns: int, limit: int =
     """The services and models seen in the range, for the filter bar's choices."""
     result = get_store().query(
         "SELECT groupUniqArray({limit:UInt32})(service) AS services,"
-        " groupUniqArray({limit:UInt32})(model) AS models FROM traces"
+        " groupUniqArray({limit:UInt32})(model) AS models FROM traces_by_start"
         " WHERE project_id = {project_id:UInt64}"
         " AND start_time >= fromUnixTimestamp64Nano({start_ns:Int64})"
         " AND start_time < fromUnixTimestamp64Nano({end_ns:Int64})",

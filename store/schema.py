@@ -192,6 +192,21 @@ TRACES = Table(
     settings=f"index_granularity = 8192, {DEDUP_WINDOW}",
 )
 
+# The same summaries ordered by start time, filled by a materialized view on every insert into
+# ``traces`` (migration 0009): the explorer's time-window queries read only their days and granules
+# here, where ``traces`` (ordered by trace id) would read the whole table. A summary whose start
+# moved (its root arrived late) leaves its old row behind under the old start; readers keep a row
+# only when its ``version`` is the trace's latest in ``traces`` (dashboard.explorer does).
+TRACES_BY_START = Table(
+    name="traces_by_start",
+    columns=TRACES.columns,
+    engine="ReplacingMergeTree(version)",
+    partition_by="toDate(start_time)",
+    order_by="(project_id, start_time, trace_id)",
+    ttl="toDateTime(start_time) + toIntervalDay({retention_days})",
+    settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+)
+
 # --- Rollups (dashboard.rollup_services writes them, dashboard.rollups reads them) ----------
 # Per-bucket aggregates of the ``traces`` table per project/service/model. A bucket is always
 # recomputed whole from its source and written with a higher ``version``; reads take the latest
@@ -291,6 +306,6 @@ TASK_WATERMARKS = Table(
     order_by="(project_id, job)",
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES, TRACES, ROLLUP_MINUTE, ROLLUP_HOUR,
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES, TRACES, TRACES_BY_START, ROLLUP_MINUTE, ROLLUP_HOUR,
                                                    ROLLUP_DAY, ROLLUP_HOUR_ALL, ROLLUP_DAY_ALL, ROLLUP_6H,
                                                    ROLLUP_6H_ALL, ROLLUP_DIRTY, TASK_WATERMARKS)}

@@ -193,6 +193,61 @@ def test_resummarised_trace_shows_its_latest_version_once():
     assert len(page.rows) == 1 and page.rows[0].span_count == 5
 
 
+def shifted_children(spans, delta_ns):
+    """The trace with every child starting ``delta_ns`` later (the root stretched to cover them)."""
+    spans[0]["duration_ms"] += delta_ns / MS
+    for span in spans[1:]:
+        span["start_time"] += delta_ns
+    return spans
+
+
+def test_a_summary_whose_start_moved_is_listed_once_at_its_new_start():
+    """The root arrives late: the first summary (no root) starts at the first child, the next one
+    at the root, 2 s earlier. The explorer's start-ordered copy keeps both rows; only the latest counts."""
+    from store import get_store
+    from tests.explorer_seed import span_rows, summary_row
+
+    now = time.time_ns()
+    spans = shifted_children(make_trace(start_ns=now - HOUR), 2 * NS)  # children start 2 s after the root
+    rows = span_rows(project_id=1, spans=spans)
+    early = summary_row(project_id=1, rows=rows[1:], version=1)  # no root yet
+    late = summary_row(project_id=1, rows=rows, version=2)
+    assert early["start_time"] == now - HOUR + 2 * NS and late["start_time"] == now - HOUR
+    get_store().insert("spans", rows, tag="tests")
+    get_store().insert("traces", [early], tag="tests")
+    get_store().insert("traces", [late], tag="tests")
+    assert get_store().query("SELECT count() FROM traces_by_start", tag="tests").scalar() == 2
+    page = explorer_page(project_id=1, query=q(now))
+    assert [(r.trace_id, r.start_ns, r.has_root) for r in page.rows] == [(late["trace_id"], now - HOUR, True)]
+    # A window holding only the old start finds nothing; one holding the new start finds it.
+    only_old = ExplorerQuery(start_ns=now - HOUR + NS, end_ns=now - HOUR + 3 * NS)
+    assert explorer_page(project_id=1, query=only_old).rows == []
+    only_new = ExplorerQuery(start_ns=now - HOUR - NS, end_ns=now - HOUR + NS)
+    assert ids_of(explorer_page(project_id=1, query=only_new)) == [late["trace_id"]]
+    assert ids_of(explorer_page(project_id=1, query=q(now, trace_id=late["trace_id"]))) == [late["trace_id"]]
+
+
+def test_stale_rows_do_not_shorten_a_page():
+    """Pages keep their size when stale rows are dropped (more candidates are read)."""
+    from store import get_store
+    from tests.explorer_seed import span_rows, summary_row
+
+    now = time.time_ns()
+    stale, fresh = [], []
+    for i in range(6):
+        # Children 50 min after their root: the rootless summaries sort before every real one.
+        spans = shifted_children(make_trace(start_ns=now - HOUR - i * NS), 50 * 60 * NS)
+        rows = span_rows(project_id=1, spans=spans)
+        stale.append(summary_row(project_id=1, rows=rows[1:], version=1))
+        fresh.append(summary_row(project_id=1, rows=rows, version=2))
+    get_store().insert("traces", stale, tag="tests")
+    get_store().insert("traces", fresh, tag="tests")
+    page = explorer_page(project_id=1, query=q(now, limit=4))
+    assert ids_of(page) == [r["trace_id"] for r in fresh[:4]]
+    rest = explorer_page(project_id=1, query=q(now, limit=4, cursor=page.next_cursor))
+    assert ids_of(rest) == [r["trace_id"] for r in fresh[4:]] and rest.next_cursor is None
+
+
 def test_trace_bounds_from_summary_or_from_spans():
     now = time.time_ns()
     summarised = make_trace(start_ns=now - HOUR)
