@@ -21,6 +21,7 @@ from .trace_math import PHASES
 
 GPU_MEMORY_THRESHOLD = 85.0  # DOMAIN.md: GPU memory % (used / total from NVML) >= 85 — scale out
 CPU_THRESHOLD = 70.0  # DOMAIN.md: host CPU % > 70 — pre/post-processing needs optimising
+GPU_UTILIZATION_LOW = 50.0  # DOMAIN.md: GPU utilisation < 50 % for 30 min while serving — inefficient
 P95_THRESHOLD_MS = 1500.0  # DOMAIN.md: P95 E2E (chat) > 1500 ms — users feel the wait
 INFERENCE_SHARE_THRESHOLD = 60.0  # DOMAIN.md: inference share > 60 %
 NETWORK_THRESHOLD_MS = 200.0  # DOMAIN.md: network P95 > 200 ms
@@ -148,7 +149,8 @@ def resources_figures(series: ResourceSeries, load: LoadSeries, *, alerts: list[
         "fig-p95": _load_figure(series, load.times, load.p95_e2e_ms, "P95 end-to-end latency", "ms",
                                 (P95_THRESHOLD_MS, "P95 1500 ms")),
         "fig-gpu-util": _device_figure(series, series.gpus, "gpu_utilization", title="GPU utilisation",
-                                       ytitle="%", percent=True),
+                                       ytitle="%", percent=True,
+                                       threshold=(GPU_UTILIZATION_LOW, "50 % (below: batching or allocation is inefficient)")),
         "fig-gpu-mem": _device_figure(series, series.gpus, "gpu_memory_percent", title="GPU memory (used / total)",
                                       ytitle="%", percent=True, threshold=(GPU_MEMORY_THRESHOLD, "85 %")),
         "fig-gpu-temp": _device_figure(series, series.gpus, "gpu_temperature", title="GPU temperature", ytitle="°C"),

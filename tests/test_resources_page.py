@@ -158,6 +158,7 @@ def test_page_and_json_draw_the_series_of_the_users_project_only(client, make_us
     assert [t["name"] for t in mem["data"]] == ["gpu-node-1 · GPU 0"]
     assert 90.0 in mem["data"][0]["y"]
     assert any(s.get("y0") == 85.0 for s in mem["layout"]["shapes"])  # the 85 % line
+    assert any(s.get("y0") == 50.0 for s in body["figures"]["fig-gpu-util"]["layout"]["shapes"])  # the 50 % line
     cpu = body["figures"]["fig-host-cpu"]
     assert 72.0 in cpu["data"][0]["y"] and any(s.get("y0") == 70.0 for s in cpu["layout"]["shapes"])
     assert body["step_seconds"] == 10
