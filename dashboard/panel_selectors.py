@@ -281,7 +281,8 @@ _pool_lock = threading.Lock()
 
 def reads_concurrently(**reads: Callable[[], object]) -> dict[str, object]:
     """``{name: read()}`` for zero-argument reads, run on the shared pool; the first error raised
-    by a read is raised here (after the others finish)."""
+    by a read is raised here (after the others finish). A read must not call this itself (the
+    pool is bounded: nested waits could take every worker)."""
     global _pool
     with _pool_lock:
         if _pool is None:
