@@ -184,18 +184,27 @@ def _seconds(t: datetime) -> int:
     return int(t.timestamp())
 
 
-def window_stats(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "") -> WindowStats:
+def window_stats(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
+                 histograms: tuple[str, ...] = HISTOGRAMS) -> WindowStats:
     """Every window figure of DOMAIN.md over [start, end): requests, errors, tokens, cost,
     P50/P90/P95/P99 of E2E, TTFT, TPOT and each phase, mean phase times (properties give RPS,
     output tokens/s, concurrency, error rate, availability, cost per request / per 1k tokens,
-    inference share)."""
+    inference share). ``histograms``: whose percentiles to compute (default all; ``()`` for a
+    page that shows none, e.g. the costs tiles: several times cheaper over long windows)."""
     seconds = (end - start).total_seconds()
     segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end))
     if not segments:
         return _empty(seconds)
-    sums, quantiles = _read(segments, project_id=project_id, service=service, model=model, hists=HISTOGRAMS,
+    _check(histograms)
+    sums, quantiles = _read(segments, project_id=project_id, service=service, model=model, hists=tuple(histograms),
                             step=None, tag="dashboard.rollups.window_stats")
     return _stats(sums[0], quantiles.get(0, {}), seconds) if 0 in sums else _empty(seconds)
+
+
+def _check(histograms) -> None:
+    unknown = set(histograms) - set(HISTOGRAMS)
+    if unknown:
+        raise ValueError(f"unknown histogram(s) {sorted(unknown)}; known: {HISTOGRAMS}")
 
 
 def _series_step(start: datetime, end: datetime, points: int) -> int:
@@ -212,9 +221,7 @@ def window_series(*, project_id: int, start: datetime, end: datetime, service: s
     if _exact(start, end, points):
         return panel_selectors.window_series(project_id=project_id, start=start, end=end, service=service,
                                              model=model, points=points)
-    unknown = set(histograms) - set(HISTOGRAMS)
-    if unknown:
-        raise ValueError(f"unknown histogram(s) {sorted(unknown)}; known: {HISTOGRAMS}")
+    _check(histograms)
     step = _series_step(start, end, points)
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}

@@ -297,3 +297,11 @@ def test_series_compute_the_percentiles_asked_for(seeded):
         assert b.e2e_ms[0.5] is None
     with pytest.raises(ValueError):
         rollups.window_series(project_id=project.pk, start=utc(start), end=utc(end), histograms=("nope",))
+
+
+def test_stats_without_percentiles(seeded):
+    project, start, end = seeded
+    full = rollups.window_stats(project_id=project.pk, start=utc(start), end=utc(end))
+    bare = rollups.window_stats(project_id=project.pk, start=utc(start), end=utc(end), histograms=())
+    assert bare.requests == full.requests == 1200 and bare.cost_usd == full.cost_usd
+    assert bare.e2e_ms[0.95] is None and full.e2e_ms[0.95] is not None
