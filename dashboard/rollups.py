@@ -30,7 +30,7 @@ from store import get_store
 from . import panel_selectors
 from .panel_selectors import (LATENCY_EDGES_MS, QUANTILES, LatencyHeatmap, ModelSpend, WindowSeries,
                               WindowStats)
-from .rollup_services import HIST_GAMMA
+from .rollup_services import HIST_GAMMA, hist_key_sql
 from .selectors import bucket_seconds, bucket_times
 from .trace_math import PHASES
 
@@ -380,12 +380,15 @@ def compare_models(*, project_id: int, start: datetime, end: datetime, model_a: 
 
 # Traces that carry attribute ``key`` = value_a or value_b on any span (a release, a variant),
 # joined once with their summaries (newest version first: several times cheaper than traces FINAL),
-# and per side the window's figures, percentiles exact (nearest rank) over the side's requests.
+# and per side the window's figures; percentiles as the rollups give them (nearest rank, to 0.5 %).
 def _nearest_rank_sql(name: str, column: str, condition: str = "") -> str:
-    values = f"groupArrayIf({column}, {condition})" if condition else f"groupArray({column})"
-    return (f"arraySort({values}) AS {name}_sorted, length({name}_sorted) AS n_{name},"
-            f" arrayMap(q -> arrayElement({name}_sorted, toUInt64(greatest(1, ceil(q * n_{name} - 1e-9)))), {_QS})"
-            f" AS q_{name}")
+    """Nearest-rank quantiles as histogram keys, the same log buckets as the rollups (within 0.5 %):
+    a small hash table of keys instead of sorting every value."""
+    key = hist_key_sql(column)
+    if condition:
+        return (f"quantilesExactWeightedIf({_QS[1:-1]})({key}, toUInt64(1), {condition}) AS q_{name},"
+                f" countIf({condition}) AS n_{name}")
+    return f"quantilesExactWeighted({_QS[1:-1]})({key}, toUInt64(1)) AS q_{name}, count() AS n_{name}"
 
 
 _ATTRIBUTE_SQL = f"""
@@ -398,7 +401,6 @@ WITH tagged AS (
       AND attributes[{{key:String}}] IN ({{value_a:String}}, {{value_b:String}})
     GROUP BY trace_id
 )
-SELECT * EXCEPT ({", ".join(f"{n}_sorted" for n in ("e2e", "ttft", "tpot", *PHASES))}) FROM (
 SELECT side,
     count() AS s_requests, countIf(status = 'error') AS s_errors, sum(e2e_ns) AS s_e2e_sum_ns,
     sum(input_tokens) AS s_input_tokens, sum(output_tokens) AS s_output_tokens, sum(ifNull(cost_usd, 0)) AS s_cost_usd,
@@ -424,14 +426,11 @@ WHERE has_root = 1
   AND start_time >= toDateTime64({{start_s:Int64}}, 9, 'UTC') AND start_time < toDateTime64({{end_s:Int64}}, 9, 'UTC')
   AND ({{service:String}} = '' OR service = {{service:String}}) AND ({{model:String}} = '' OR model = {{model:String}})
 GROUP BY side
-)
 """
 
 
-def _exact_ms(r: dict, name: str) -> dict[float, float | None]:
-    if not r or not int(r[f"n_{name}"]):
-        return dict.fromkeys(QUANTILES)
-    return {q: round(float(v) / 1e6, 3) for q, v in zip(QUANTILES, r[f"q_{name}"])}
+def _side_ms(r: dict, name: str) -> dict[float, float | None]:
+    return _ms((r[f"q_{name}"], int(r[f"n_{name}"])))
 
 
 def compare_attribute(*, project_id: int, start: datetime, end: datetime, key: str, value_a: str, value_b: str,
@@ -453,9 +452,9 @@ def compare_attribute(*, project_id: int, start: datetime, end: datetime, key: s
         return WindowStats(
             seconds=seconds, requests=n, errors=int(r["s_errors"]), input_tokens=int(r["s_input_tokens"]),
             output_tokens=int(r["s_output_tokens"]), cost_usd=float(r["s_cost_usd"]),
-            cost_estimated=int(r["s_cost_estimated_requests"]), e2e_ms=_exact_ms(r, "e2e"),
-            ttft_ms=_exact_ms(r, "ttft"), tpot_ms=_exact_ms(r, "tpot"),
-            phase_ms={p: _exact_ms(r, p) for p in PHASES},
+            cost_estimated=int(r["s_cost_estimated_requests"]), e2e_ms=_side_ms(r, "e2e"),
+            ttft_ms=_side_ms(r, "ttft"), tpot_ms=_side_ms(r, "tpot"),
+            phase_ms={p: _side_ms(r, p) for p in PHASES},
             phase_mean_ms={p: int(r[f"s_{p}_sum_ns"]) / n / 1e6 for p in PHASES},
             e2e_mean_ms=int(r["s_e2e_sum_ns"]) / n / 1e6)
     return compare_stats(side(value_a), side(value_b))
