@@ -302,9 +302,10 @@ def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
     """One page of the project's traces matching ``query``, in its sort order, after its cursor.
 
     Read from ``traces_by_start`` (the summaries ordered by start: a time window reads only its
-    own days and granules). A row there whose trace has a newer summary elsewhere (its start moved
-    when the root arrived) is stale: each candidate's version is checked against the trace's
-    latest in ``traces`` (primary-key lookups), stale ones are dropped and, rarely, more are read.
+    own days and granules). A row there whose trace has a newer summary (not merged away yet, or
+    left under an old start when the root arrived late) is stale: each candidate's version is
+    checked against the trace's latest in ``traces`` (primary-key lookups), stale rows and repeats
+    are dropped and, rarely, more candidates are read.
     """
     trace_start_ns = None
     if query.trace_id:
@@ -313,13 +314,17 @@ def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
             return ExplorerPage(rows=[], next_cursor=None)
         trace_start_ns = summary.start_ns
     kept: list[ExplorerRow] = []
+    seen: set[str] = set()
     cursor = query.cursor
     while len(kept) <= query.limit:
         wanted = query.limit + 1 - len(kept)  # one more tells whether a next page exists
         batch = _candidates(project_id=project_id, query=query, cursor=cursor, limit=wanted,
                             trace_start_ns=trace_start_ns)
         latest = _latest_versions(project_id=project_id, trace_ids=[r.trace_id for r in batch])
-        kept.extend(r for r in batch if latest.get(r.trace_id) == r.version)
+        for row in batch:
+            if latest.get(row.trace_id) == row.version and row.trace_id not in seen:
+                seen.add(row.trace_id)
+                kept.append(row)
         if len(batch) < wanted:
             break
         cursor = _cursor_after(query, batch[-1])
@@ -343,17 +348,21 @@ def _candidates(*, project_id: int, query: ExplorerQuery, cursor: Cursor | None,
     if null_key is not None:
         params["null_key"] = null_key
     op, order = (">", "ASC") if query.direction == "asc" else ("<", "DESC")
+    # By start: the table's own order (start_time, trace_id), so ClickHouse reads in order from the
+    # window's end and stops after the page; other sorts read the window and sort it.
+    order_by = "start_time" if query.sort == "start" else "sort_key"
     if cursor is not None:
-        where.append(f"(sort_key, trace_id) {op} ({{cursor_key:{sort_type}}}, {{cursor_trace_id:FixedString(32)}})")
+        key = "fromUnixTimestamp64Nano({cursor_key:Int64})" if query.sort == "start" else f"{{cursor_key:{sort_type}}}"
+        where.append(f"({order_by}, trace_id) {op} ({key}, {{cursor_trace_id:FixedString(32)}})")
         params.update(cursor_key=cursor.key, cursor_trace_id=cursor.trace_id)
     params["limit"] = limit
     sql = (
-        f"SELECT {_ROW_COLUMNS}, version, {sort_sql} AS sort_key FROM traces_by_start FINAL\n"
+        # No FINAL: the version check in explorer_page drops every row but a trace's latest, which
+        # FINAL would do at a cost that grows with the days in the window (one merge per day).
+        f"SELECT {_ROW_COLUMNS}, version, {sort_sql} AS sort_key FROM traces_by_start\n"
         f"WHERE {' AND '.join(where)}\n"
-        f"ORDER BY sort_key {order}, trace_id {order}\n"
-        "LIMIT {limit:UInt32}\n"
-        # Every version of a row here shares its start, hence its day: FINAL need not merge days.
-        "SETTINGS do_not_merge_across_partitions_select_final = 1"
+        f"ORDER BY {order_by} {order}, trace_id {order}\n"
+        "LIMIT {limit:UInt32}"
     )
     result = get_store().query(sql, params, tag="dashboard.explorer.explorer_page")
     return [_row(r) for r in result.dicts()]
