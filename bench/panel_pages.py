@@ -4,7 +4,9 @@ session, view, selectors on the rollups, figures, template), no network.
 
     .venv/bin/python bench/panel_pages.py [--data-dir var/bench] [--runs 15] [--warmup 3] [--json PATH]
 
-bench/query.py times the rollup selectors alone; this adds what the page does around them (the
+Resource samples are not part of bench/load_spans.py's data: load some first to time the
+Resources page on them (the figures in docs/BENCHMARKS.md had 2 hosts × (host + 4 GPUs) every
+10 s for 30 days, 2.6 M rows). bench/query.py times the rollup selectors alone; this adds what the page does around them (the
 previous period's KPIs, the filter choices, building the plotly figures, rendering HTML), so the
 figure printed is what a user waits for on the server. Windows are absolute and end at the
 newest loaded trace (moved back a minute per run, so runs do not repeat one query). The rollups
@@ -77,6 +79,8 @@ def scenarios(end: datetime) -> list[tuple[str, float | None, callable, callable
         ("compare two models, 7 days", 300, page("/compare/", 7, models), compare_data(page("/compare/", 7, models))),
         ("resources 24 h", None, page("/resources/", 1),
          lambda i: views._resources_panel(PROJECT_ID, window(1, i), "", latest=True)),
+        ("resources 30 days", None, page("/resources/", 30),
+         lambda i: views._resources_panel(PROJECT_ID, window(30, i), "", latest=True)),
     ]
 
 
