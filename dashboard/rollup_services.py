@@ -10,7 +10,7 @@ trace moved to another model when its model call arrived) is written as a zero r
 
 Which minutes: those the summariser marked in ``rollup_dirty`` since this job's watermark (minus an
 overlap, as the summariser does), plus every minute of the late-arrival window
-(``TRACEDASH_ROLLUP_LATE_SECONDS``), re-covered on every run whatever the marks say.
+(``TRACEDASH_ROLLUP_LATE_SECONDS``), re-covered on every run that has marks whatever they say.
 """
 
 from __future__ import annotations
@@ -206,8 +206,9 @@ WHERE project_id = {project_id:UInt64}
 
 
 def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | None = None) -> RollupReport:
-    """One incremental run: per project, recompute the marked minutes and the late-arrival
-    window, then their hours and days. Idempotent."""
+    """One incremental run: per project with new marks, recompute the marked minutes and the
+    late-arrival window, then their hours, six hours and days. Idempotent; an idle project costs
+    one read and writes nothing."""
     from projects.models import Project
 
     started = time.perf_counter()
@@ -223,6 +224,8 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         since_ms = max(0, watermark_get(project_id=project_id, job=JOB) - overlap_ms)
         marked = get_store().query(_DIRTY_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
                                    tag="dashboard.rollup_services.dirty").rows
+        if not marked:
+            continue  # nothing was summarised: no rollup can have changed (and nothing is written)
         now_s = (now_ns or clock) // NS
         window = range(_floor(now_s - late, MINUTE), _floor(now_s, MINUTE) + MINUTE, MINUTE)
         minutes, hours, days = rollup_minutes_recompute(project_id=project_id,

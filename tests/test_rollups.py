@@ -305,3 +305,23 @@ def test_stats_without_percentiles(seeded):
     bare = rollups.window_stats(project_id=project.pk, start=utc(start), end=utc(end), histograms=())
     assert bare.requests == full.requests == 1200 and bare.cost_usd == full.cost_usd
     assert bare.e2e_ms[0.95] is None and full.e2e_ms[0.95] is not None
+
+
+def test_an_idle_project_writes_nothing(project_with_key, settings):
+    settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0  # (with an overlap, idle from its end on)
+    project, _ = project_with_key()
+    insert_spans(project.pk, random_trace(random.Random(3), start_ns=time.time_ns() - 120 * NS))
+    run_tasks(project.pk)
+
+    def rows():
+        return [get_store().query(f"SELECT count() FROM {t} WHERE project_id = {{p:UInt64}}", {"p": project.pk},
+                                  tag="tests.rollups.rows").scalar()
+                for t in ("traces", "rollup_minute", "rollup_day_all", "task_watermarks")]
+
+    before = rows()
+    assert before[0] == 1 and before[1] >= 1
+    for _ in range(3):
+        assert rollup_services.rollups_update(project_ids=[project.pk]).minutes == 0
+        summarizer.traces_summarize(project_ids=[project.pk])
+    after = rows()
+    assert after == before  # no summaries, no rollup rows, no watermarks: an idle project writes nothing
