@@ -167,6 +167,43 @@ GROUP BY host, gpu_index, pid, bucket_ms
 ORDER BY host, gpu_index, pid, bucket_ms
 """
 
+# The same figures from the per-minute rollup (``resource_minute``, kept by a materialized view),
+# for charts whose buckets are whole minutes: averages from sums and counts, peaks from maxima
+# (-1: no sample of the minute carried the figure). A minute counts when it starts in the window
+# (rounded down to the minute).
+_RESOURCES_MINUTE_SQL = """
+SELECT
+    host,
+    gpu_index,
+    intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32} * 1000 AS bucket_ms,
+    anyIf(gpu_name, gpu_name != '') AS gpu_name,
+    sum(gpu_utilization_sum) / nullIf(sum(gpu_utilization_n), 0) AS gpu_utilization,
+    nullIf(max(gpu_memory_percent_max), -1) AS gpu_memory_percent,
+    sum(gpu_temperature_sum) / nullIf(sum(gpu_temperature_n), 0) AS gpu_temperature,
+    sum(gpu_power_watts_sum) / nullIf(sum(gpu_power_watts_n), 0) AS gpu_power_watts,
+    sum(cpu_percent_sum) / nullIf(sum(cpu_percent_n), 0) AS cpu_percent,
+    nullIf(max(memory_percent_max), -1) AS memory_percent
+FROM resource_minute
+WHERE project_id = {project_id:UInt64}
+  AND bucket >= toStartOfMinute(fromUnixTimestamp64Milli({start_ms:Int64})) AND bucket < fromUnixTimestamp64Milli({end_ms:Int64})
+  AND ({host:String} = '' OR host = {host:String})
+GROUP BY host, gpu_index, bucket_ms
+ORDER BY host, gpu_index, bucket_ms
+"""
+
+_RESOURCES_MINUTE_PROCESSES_SQL = """
+SELECT host, gpu_index,
+       intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32} * 1000 AS bucket_ms,
+       maxMap(process_memory) AS memory, groupUniqArrayArray(process_names) AS names
+FROM resource_minute
+WHERE project_id = {project_id:UInt64}
+  AND bucket >= toStartOfMinute(fromUnixTimestamp64Milli({start_ms:Int64})) AND bucket < fromUnixTimestamp64Milli({end_ms:Int64})
+  AND ({host:String} = '' OR host = {host:String})
+  AND gpu_index >= 0
+GROUP BY host, gpu_index, bucket_ms
+ORDER BY host, gpu_index, bucket_ms
+"""
+
 HOST_METRICS = ("cpu_percent", "memory_percent")
 GPU_METRICS = ("gpu_utilization", "gpu_memory_percent", "gpu_temperature", "gpu_power_watts")
 
@@ -193,11 +230,14 @@ def resources_series(*, project_id: int, start: datetime, end: datetime, host: s
     step = bucket_seconds(start=start, end=end, points=points)
     times = bucket_times(start=start, end=end, step=step)
     index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
-    params = {"project_id": project_id, "step_ms": step * 1000, "host": host,
+    params = {"project_id": project_id, "step_ms": step * 1000, "step": step, "host": host,
               "start_ms": int(start.timestamp() * 1000), "end_ms": int(end.timestamp() * 1000)}
     store = get_store()
+    by_minute = step % 60 == 0  # whole-minute buckets: read the per-minute rollup
     devices: dict[tuple[str, int], dict] = {}
-    for r in store.query(_RESOURCES_SERIES_SQL, params, tag="dashboard.selectors.resources_series").dicts():
+    rows = store.query(_RESOURCES_MINUTE_SQL if by_minute else _RESOURCES_SERIES_SQL, params,
+                       tag="dashboard.selectors.resources_series").dicts()
+    for r in rows:
         key = (r["host"], r["gpu_index"])
         metrics = HOST_METRICS if r["gpu_index"] < 0 else GPU_METRICS
         device = devices.setdefault(key, {"name": "", "values": {m: [None] * len(times) for m in metrics}})
@@ -214,18 +254,31 @@ def resources_series(*, project_id: int, start: datetime, end: datetime, host: s
         (hosts if gpu_index < 0 else gpus).append(series)
 
     procs: dict[tuple[str, int, int], dict] = {}
-    for r in store.query(_RESOURCES_PROCESSES_SQL, params, tag="dashboard.selectors.resources_processes").dicts():
-        key = (r["host"], r["gpu_index"], r["pid"])
-        proc = procs.setdefault(key, {"name": r["name"], "values": [None] * len(times), "peak": 0})
-        i = index.get(r["bucket_ms"])
+    for h, g, pid, name, bucket_ms, memory in _process_rows(store, params, by_minute=by_minute):
+        proc = procs.setdefault((h, g, pid), {"name": name, "values": [None] * len(times), "peak": 0})
+        proc["name"] = proc["name"] or name
+        i = index.get(bucket_ms)
         if i is not None:
-            proc["values"][i] = float(r["memory_bytes"])
-            proc["peak"] = max(proc["peak"], r["memory_bytes"])
+            proc["values"][i] = float(memory)
+            proc["peak"] = max(proc["peak"], memory)
     top = sorted(procs.items(), key=lambda item: (-item[1]["peak"], item[0]))[:max_processes]
     processes = [ProcessSeries(host=h, gpu_index=g, pid=p, name=d["name"], memory_bytes=d["values"])
                  for (h, g, p), d in sorted(top)]
     return ResourceSeries(start=start, end=end, step_seconds=step, times=times, hosts=hosts, gpus=gpus,
                           processes=processes)
+
+
+def _process_rows(store, params: dict, *, by_minute: bool):
+    """(host, gpu_index, pid, name, bucket_ms, peak GPU memory) per process and bucket."""
+    if not by_minute:
+        for r in store.query(_RESOURCES_PROCESSES_SQL, params, tag="dashboard.selectors.resources_processes").dicts():
+            yield r["host"], r["gpu_index"], r["pid"], r["name"], r["bucket_ms"], r["memory_bytes"]
+        return
+    for r in store.query(_RESOURCES_MINUTE_PROCESSES_SQL, params, tag="dashboard.selectors.resources_processes").dicts():
+        names = {int(pid): name for pid, name in r["names"]}
+        pids, memory = r["memory"]
+        for pid, value in zip(pids, memory):
+            yield r["host"], r["gpu_index"], int(pid), names.get(int(pid), ""), r["bucket_ms"], int(value)
 
 
 @dataclass(frozen=True)

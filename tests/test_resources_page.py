@@ -191,3 +191,37 @@ def test_firing_alerts_are_marked_on_the_charts_with_a_link(client, make_user, p
     assert notes == ['<a href="/alerts/">firing: GPU &lt;b&gt;memory&lt;/b&gt;</a>']  # the user's name escaped
     lines = [s for s in mem["layout"]["shapes"] if s.get("yref") == "paper"]
     assert len(lines) == 1 and lines[0]["x0"] == fired.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_long_ranges_read_the_minute_rollup_with_the_same_figures(project_with_key):
+    """Buckets of whole minutes come from ``resource_minute`` (kept by a materialized view on the
+    samples): averages, peaks, gaps and per-process peaks as the raw samples give them."""
+    mine, _ = project_with_key()
+    other, _ = project_with_key()
+    end = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=30)
+    start = end - timedelta(hours=6)  # 5-minute buckets
+    t0 = int(start.timestamp()) // 300 * 300 * S + 300 * S  # a bucket start inside the window
+    get_store().insert("resource_samples", [
+        sample(mine.pk, "h1", t=t0 + 10 * S, cpu_percent=60.0, memory_used=1, memory_total=4),
+        sample(mine.pk, "h1", t=t0 + 130 * S, cpu_percent=80.0, memory_used=3, memory_total=4),  # two minutes later
+        sample(mine.pk, "h1", t=t0 + 610 * S, cpu_percent=10.0),  # two buckets on; no memory figure
+        sample(mine.pk, "h1", 0, t=t0 + 20 * S, gpu_name="H100", gpu_utilization=90.0, gpu_memory_used=90,
+               gpu_memory_total=100, gpu_temperature=70.0, gpu_power_watts=400.0,
+               process_pids=[11, 12], process_names=["vllm", "py"], process_gpu_memory=[2 * 2**30, 2**30]),
+        sample(mine.pk, "h1", 0, t=t0 + 200 * S, gpu_utilization=50.0, gpu_memory_used=80, gpu_memory_total=100,
+               process_pids=[11], process_names=["vllm"], process_gpu_memory=[3 * 2**30]),
+        sample(other.pk, "h1", t=t0 + 10 * S, cpu_percent=99.0),
+    ], tag="tests.resources")
+    series = resources_series(project_id=mine.pk, start=start, end=end)
+    assert series.step_seconds == 300
+    i = [int(t.timestamp()) * S for t in series.times].index(t0)
+    (h1,) = series.hosts
+    assert h1.values["cpu_percent"][i:i + 3] == [70.0, None, 10.0]  # averaged over the bucket's samples
+    assert h1.values["memory_percent"][i:i + 3] == [75.0, None, None]  # the peak; missing is missing
+    assert h1.values["cpu_percent"][i - 1] is None
+    (gpu,) = series.gpus
+    assert gpu.gpu_name == "H100" and gpu.values["gpu_utilization"][i] == 70.0
+    assert gpu.values["gpu_memory_percent"][i] == 90.0 and gpu.values["gpu_temperature"][i] == 70.0
+    procs = {p.pid: p for p in series.processes}
+    assert procs[11].name == "vllm" and procs[11].memory_bytes[i] == 3 * 2**30
+    assert procs[12].name == "py" and procs[12].memory_bytes[i] == 2**30 and procs[12].memory_bytes[i + 1] is None
