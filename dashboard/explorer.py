@@ -318,14 +318,17 @@ def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
     cursor = query.cursor
     while len(kept) <= query.limit:
         wanted = query.limit + 1 - len(kept)  # one more tells whether a next page exists
-        batch = _candidates(project_id=project_id, query=query, cursor=cursor, limit=wanted,
+        # A little more than needed: right after a burst of re-summarised traces, some candidates
+        # are older versions not merged away yet.
+        fetch = wanted + wanted // 2 + 4
+        batch = _candidates(project_id=project_id, query=query, cursor=cursor, limit=fetch,
                             trace_start_ns=trace_start_ns)
         latest = _latest_versions(project_id=project_id, trace_ids=[r.trace_id for r in batch])
         for row in batch:
             if latest.get(row.trace_id) == row.version and row.trace_id not in seen:
                 seen.add(row.trace_id)
                 kept.append(row)
-        if len(batch) < wanted:
+        if len(batch) < fetch:
             break
         cursor = _cursor_after(query, batch[-1])
     next_cursor = None
