@@ -4,6 +4,7 @@ never double count, hour/day rollups agree with minutes, reads are scoped to the
 from __future__ import annotations
 
 import random
+import uuid
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -325,3 +326,48 @@ def test_an_idle_project_writes_nothing(project_with_key, settings):
         summarizer.traces_summarize(project_ids=[project.pk])
     after = rows()
     assert after == before  # no summaries, no rollup rows, no watermarks: an idle project writes nothing
+
+
+@pytest.mark.django_db(transaction=False)
+def test_any_arrival_order_with_reruns_stays_exact(db):
+    """Property: whatever order a trace's spans arrive in, whatever is re-sent and however often
+    the tasks run in between, the rollups end up equal to the figures over the raw spans."""
+    from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+    from projects.services import project_create
+
+    base = (time.time_ns() - 4 * 3600 * NS) // (60 * NS) * 60 * NS
+
+    @hsettings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(seed=st.integers(0, 10**6), traces=st.integers(1, 8), rounds=st.integers(1, 3),
+           resend=st.floats(0, 0.5), runs=st.lists(st.integers(0, 2), min_size=3, max_size=3))
+    def check(seed, traces, rounds, resend, runs):
+        rng = random.Random(seed)
+        project, _ = project_create(name=f"prop-{uuid.uuid4().hex}")
+        spans = [s for _ in range(traces)
+                 for s in random_trace(rng, start_ns=base + rng.randrange(0, 2 * 3600 * NS), model=rng.choice("xy"),
+                                       error=rng.random() < 0.2)]
+        plan = [[] for _ in range(rounds)]
+        for span in spans:
+            plan[rng.randrange(rounds)].append(span)
+            if rng.random() < resend:
+                plan[rng.randrange(rounds)].append(span)
+        for i, batch in enumerate(plan):
+            if batch:
+                insert_spans(project.pk, batch)
+            for _ in range(runs[i]):
+                run_tasks(project.pk)
+        run_tasks(project.pk)
+        window = (base - 86400 * NS, base + 4 * 86400 * NS)  # hours, six hours, days and minutes
+        stats = rollups.window_stats(project_id=project.pk, start=utc(window[0]), end=utc(window[1]))
+        exact = exact_from_spans(project.pk, start_ns=window[0], end_ns=window[1])
+        assert stats.requests == exact["requests"] and stats.errors == exact["errors"]
+        assert stats.output_tokens == exact["output_tokens"]
+        assert stats.cost_usd == pytest.approx(exact["cost_usd"], abs=1e-12)
+        assert_close(stats.e2e_ms, exact_ms(exact["e2e"]), "e2e")
+        assert_close(stats.ttft_ms, exact_ms(exact["ttft"]), "ttft")
+        minute = _table_totals(project.pk, "rollup_minute")
+        assert minute["requests"] == exact["requests"]
+        assert _table_totals(project.pk, "rollup_day") == minute == _table_totals(project.pk, "rollup_day_all")
+
+    check()
