@@ -157,6 +157,9 @@ def test_command_rebuilds_summaries_and_rollups(project_with_key, capsys):
     stats = rollups.window_stats(project_id=project.pk, start=datetime.fromtimestamp(base / 1e9 - 60, tz=timezone.utc),
                                  end=datetime.now(timezone.utc))
     assert stats.requests == 12 and stats.e2e_ms[0.5] == pytest.approx(1200, rel=0.005)
+    marks = get_store().query("SELECT count() FROM rollup_dirty WHERE project_id = {p:UInt64}", {"p": project.pk},
+                              tag="tests.summarizer.marks").scalar()
+    assert marks == 0  # its rollups are rebuilt by the command: nothing left for the task to redo
 
 
 @pytest.mark.django_db
