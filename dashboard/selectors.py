@@ -167,10 +167,10 @@ GROUP BY host, gpu_index, pid, bucket_ms
 ORDER BY host, gpu_index, pid, bucket_ms
 """
 
-# The same figures from the per-minute rollup (``resource_minute``, kept by a materialized view),
-# for charts whose buckets are whole minutes: averages from sums and counts, peaks from maxima
-# (-1: no sample of the minute carried the figure). A minute counts when it starts in the window
-# (rounded down to the minute).
+# The same figures from the resource rollups (``resource_minute`` / ``resource_hour``, kept by
+# materialized views), for charts whose buckets are whole minutes / hours: averages from sums and
+# counts, peaks from maxima (-1: no sample carried the figure). A rollup bucket counts when it
+# starts in the window rounded down to its size. ``__TABLE__``/``__FLOOR__``: see _ROLLUP_LEVELS.
 _RESOURCES_MINUTE_SQL = """
 SELECT
     host,
@@ -183,9 +183,9 @@ SELECT
     sum(gpu_power_watts_sum) / nullIf(sum(gpu_power_watts_n), 0) AS gpu_power_watts,
     sum(cpu_percent_sum) / nullIf(sum(cpu_percent_n), 0) AS cpu_percent,
     nullIf(max(memory_percent_max), -1) AS memory_percent
-FROM resource_minute
+FROM __TABLE__
 WHERE project_id = {project_id:UInt64}
-  AND bucket >= toStartOfMinute(fromUnixTimestamp64Milli({start_ms:Int64})) AND bucket < fromUnixTimestamp64Milli({end_ms:Int64})
+  AND bucket >= __FLOOR__(fromUnixTimestamp64Milli({start_ms:Int64})) AND bucket < fromUnixTimestamp64Milli({end_ms:Int64})
   AND ({host:String} = '' OR host = {host:String})
 GROUP BY host, gpu_index, bucket_ms
 ORDER BY host, gpu_index, bucket_ms
@@ -195,14 +195,26 @@ _RESOURCES_MINUTE_PROCESSES_SQL = """
 SELECT host, gpu_index,
        intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32} * 1000 AS bucket_ms,
        maxMap(process_memory) AS memory, groupUniqArrayArray(process_names) AS names
-FROM resource_minute
+FROM __TABLE__
 WHERE project_id = {project_id:UInt64}
-  AND bucket >= toStartOfMinute(fromUnixTimestamp64Milli({start_ms:Int64})) AND bucket < fromUnixTimestamp64Milli({end_ms:Int64})
+  AND bucket >= __FLOOR__(fromUnixTimestamp64Milli({start_ms:Int64})) AND bucket < fromUnixTimestamp64Milli({end_ms:Int64})
   AND ({host:String} = '' OR host = {host:String})
   AND gpu_index >= 0
 GROUP BY host, gpu_index, bucket_ms
 ORDER BY host, gpu_index, bucket_ms
 """
+
+# (bucket size in seconds, table, rounding function), coarsest first.
+_ROLLUP_LEVELS = ((3600, "resource_hour", "toStartOfHour"), (60, "resource_minute", "toStartOfMinute"))
+
+
+def _rollup_sql(sql: str, step: int) -> str | None:
+    """``sql`` on the coarsest rollup whose bucket divides ``step``; None: read the samples."""
+    for size, table, floor in _ROLLUP_LEVELS:
+        if step % size == 0:
+            return sql.replace("__TABLE__", table).replace("__FLOOR__", floor)
+    return None
+
 
 HOST_METRICS = ("cpu_percent", "memory_percent")
 GPU_METRICS = ("gpu_utilization", "gpu_memory_percent", "gpu_temperature", "gpu_power_watts")
@@ -212,11 +224,12 @@ RESOURCE_POINTS = 240  # buckets per resource chart at most
 
 
 def resources_hosts(*, project_id: int, start: datetime, end: datetime, limit: int = 500) -> list[str]:
-    """The hosts that reported in [start, end) (the Resources page's host choices)."""
+    """The hosts that reported in the hours [start, end) touches (the Resources page's host
+    choices), from the hour rollup."""
     result = get_store().query(
-        "SELECT DISTINCT host FROM resource_samples WHERE project_id = {project_id:UInt64}"
-        " AND time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND time < fromUnixTimestamp64Milli({end_ms:Int64})"
-        " ORDER BY host LIMIT {limit:UInt32}",
+        "SELECT DISTINCT host FROM resource_hour WHERE project_id = {project_id:UInt64}"
+        " AND bucket >= toStartOfHour(fromUnixTimestamp64Milli({start_ms:Int64}))"
+        " AND bucket < fromUnixTimestamp64Milli({end_ms:Int64}) ORDER BY host LIMIT {limit:UInt32}",
         {"project_id": project_id, "start_ms": int(start.timestamp() * 1000), "end_ms": int(end.timestamp() * 1000),
          "limit": limit}, tag="dashboard.selectors.resources_hosts")
     return [r[0] for r in result.rows]
@@ -233,10 +246,9 @@ def resources_series(*, project_id: int, start: datetime, end: datetime, host: s
     params = {"project_id": project_id, "step_ms": step * 1000, "step": step, "host": host,
               "start_ms": int(start.timestamp() * 1000), "end_ms": int(end.timestamp() * 1000)}
     store = get_store()
-    by_minute = step % 60 == 0  # whole-minute buckets: read the per-minute rollup
+    rollup_sql = _rollup_sql(_RESOURCES_MINUTE_SQL, step)  # whole minutes or hours: a rollup
     devices: dict[tuple[str, int], dict] = {}
-    rows = store.query(_RESOURCES_MINUTE_SQL if by_minute else _RESOURCES_SERIES_SQL, params,
-                       tag="dashboard.selectors.resources_series").dicts()
+    rows = store.query(rollup_sql or _RESOURCES_SERIES_SQL, params, tag="dashboard.selectors.resources_series").dicts()
     for r in rows:
         key = (r["host"], r["gpu_index"])
         metrics = HOST_METRICS if r["gpu_index"] < 0 else GPU_METRICS
@@ -254,7 +266,7 @@ def resources_series(*, project_id: int, start: datetime, end: datetime, host: s
         (hosts if gpu_index < 0 else gpus).append(series)
 
     procs: dict[tuple[str, int, int], dict] = {}
-    for h, g, pid, name, bucket_ms, memory in _process_rows(store, params, by_minute=by_minute):
+    for h, g, pid, name, bucket_ms, memory in _process_rows(store, params, step=step):
         proc = procs.setdefault((h, g, pid), {"name": name, "values": [None] * len(times), "peak": 0})
         proc["name"] = proc["name"] or name
         i = index.get(bucket_ms)
@@ -268,13 +280,14 @@ def resources_series(*, project_id: int, start: datetime, end: datetime, host: s
                           processes=processes)
 
 
-def _process_rows(store, params: dict, *, by_minute: bool):
+def _process_rows(store, params: dict, *, step: int):
     """(host, gpu_index, pid, name, bucket_ms, peak GPU memory) per process and bucket."""
-    if not by_minute:
+    rollup_sql = _rollup_sql(_RESOURCES_MINUTE_PROCESSES_SQL, step)
+    if rollup_sql is None:
         for r in store.query(_RESOURCES_PROCESSES_SQL, params, tag="dashboard.selectors.resources_processes").dicts():
             yield r["host"], r["gpu_index"], r["pid"], r["name"], r["bucket_ms"], r["memory_bytes"]
         return
-    for r in store.query(_RESOURCES_MINUTE_PROCESSES_SQL, params, tag="dashboard.selectors.resources_processes").dicts():
+    for r in store.query(rollup_sql, params, tag="dashboard.selectors.resources_processes").dicts():
         names = {int(pid): name for pid, name in r["names"]}
         pids, memory = r["memory"]
         for pid, value in zip(pids, memory):

@@ -311,29 +311,37 @@ TASK_WATERMARKS = Table(
 # ranges whose chart buckets are a minute or more. Averages are kept as sums and counts of the
 # samples that carried the figure, peaks as maxima (-1: no sample carried it), per-process GPU
 # memory as a maxMap by pid; parts merge by these functions (AggregatingMergeTree), reads GROUP BY.
-RESOURCE_MINUTE = Table(
-    name="resource_minute",
-    columns=(
-        Column("project_id", "UInt64"),
-        Column("bucket", "DateTime('UTC')", "DoubleDelta, ZSTD(1)"),
-        Column("host", "LowCardinality(String)"),
-        Column("gpu_index", "Int16"),
-        Column("gpu_name", "SimpleAggregateFunction(anyLast, String)"),
-        *(Column(f"{name}_{part}", f"SimpleAggregateFunction(sum, {kind})")
-          for name in ("gpu_utilization", "gpu_temperature", "gpu_power_watts", "cpu_percent")
-          for part, kind in (("sum", "Float64"), ("n", "UInt64"))),
-        Column("gpu_memory_percent_max", "SimpleAggregateFunction(max, Float64)"),
-        Column("memory_percent_max", "SimpleAggregateFunction(max, Float64)"),
-        Column("process_memory", "SimpleAggregateFunction(maxMap, Tuple(Array(UInt32), Array(UInt64)))"),
-        Column("process_names", "SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(UInt32, String)))"),
-    ),
-    engine="AggregatingMergeTree",
-    partition_by="toDate(bucket)",  # daily, as the samples: TTL drops whole days
-    order_by="(project_id, host, gpu_index, bucket)",
-    ttl="bucket + toIntervalDay({retention_days})",
-    settings="index_granularity = 8192, ttl_only_drop_parts = 1",
-)
+def _resource_rollup(name: str) -> Table:
+    return Table(
+        name=name,
+        columns=(
+            Column("project_id", "UInt64"),
+            Column("bucket", "DateTime('UTC')", "DoubleDelta, ZSTD(1)"),
+            Column("host", "LowCardinality(String)"),
+            Column("gpu_index", "Int16"),
+            Column("gpu_name", "SimpleAggregateFunction(anyLast, String)"),
+            *(Column(f"{figure}_{part}", f"SimpleAggregateFunction(sum, {kind})")
+              for figure in ("gpu_utilization", "gpu_temperature", "gpu_power_watts", "cpu_percent")
+              for part, kind in (("sum", "Float64"), ("n", "UInt64"))),
+            Column("gpu_memory_percent_max", "SimpleAggregateFunction(max, Float64)"),
+            Column("memory_percent_max", "SimpleAggregateFunction(max, Float64)"),
+            Column("process_memory", "SimpleAggregateFunction(maxMap, Tuple(Array(UInt32), Array(UInt64)))"),
+            Column("process_names", "SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(UInt32, String)))"),
+        ),
+        engine="AggregatingMergeTree",
+        partition_by="toDate(bucket)",  # daily, as the samples: TTL drops whole days
+        order_by="(project_id, host, gpu_index, bucket)",
+        ttl="bucket + toIntervalDay({retention_days})",
+        settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+    )
+
+
+RESOURCE_MINUTE = _resource_rollup("resource_minute")
+# The same per hour, filled by a materialized view on ``resource_minute`` (migration 0011): a
+# 30-day chart reads 720 rows per host/GPU.
+RESOURCE_HOUR = _resource_rollup("resource_hour")
 
 TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES, TRACES, TRACES_BY_START, ROLLUP_MINUTE, ROLLUP_HOUR,
                                                    ROLLUP_DAY, ROLLUP_HOUR_ALL, ROLLUP_DAY_ALL, ROLLUP_6H,
-                                                   ROLLUP_6H_ALL, ROLLUP_DIRTY, TASK_WATERMARKS, RESOURCE_MINUTE)}
+                                                   ROLLUP_6H_ALL, ROLLUP_DIRTY, TASK_WATERMARKS, RESOURCE_MINUTE,
+                                                   RESOURCE_HOUR)}

@@ -48,7 +48,7 @@ def test_latest_figures_per_host_and_gpu(client, make_user, project_with_key):
 # --- over time -----------------------------------------------------------------------------------
 from datetime import datetime, timedelta, timezone  # noqa: E402
 
-from dashboard.selectors import bucket_seconds, resources_series  # noqa: E402
+from dashboard.selectors import bucket_seconds, resources_hosts, resources_series  # noqa: E402
 
 S = 10**9
 
@@ -200,7 +200,8 @@ def test_long_ranges_read_the_minute_rollup_with_the_same_figures(project_with_k
     other, _ = project_with_key()
     end = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=30)
     start = end - timedelta(hours=6)  # 5-minute buckets
-    t0 = int(start.timestamp()) // 300 * 300 * S + 300 * S  # a bucket start inside the window
+    block = 3 * 3600
+    t0 = -(-int(start.timestamp()) // block) * block * S  # a 3-hour (so also 5-minute) bucket start in the window
     get_store().insert("resource_samples", [
         sample(mine.pk, "h1", t=t0 + 10 * S, cpu_percent=60.0, memory_used=1, memory_total=4),
         sample(mine.pk, "h1", t=t0 + 130 * S, cpu_percent=80.0, memory_used=3, memory_total=4),  # two minutes later
@@ -225,3 +226,14 @@ def test_long_ranges_read_the_minute_rollup_with_the_same_figures(project_with_k
     procs = {p.pid: p for p in series.processes}
     assert procs[11].name == "vllm" and procs[11].memory_bytes[i] == 3 * 2**30
     assert procs[12].name == "py" and procs[12].memory_bytes[i] == 2**30 and procs[12].memory_bytes[i + 1] is None
+
+    # 30 days: 3-hour buckets from the hour rollup (kept from the minutes by its own view).
+    month = resources_series(project_id=mine.pk, start=end - timedelta(days=30), end=end)
+    assert month.step_seconds == 3 * 3600
+    j = [int(t.timestamp()) * S for t in month.times].index(t0 // (3 * 3600 * S) * (3 * 3600 * S))
+    (h1,) = month.hosts
+    assert h1.values["cpu_percent"][j] == pytest.approx((60 + 80 + 10) / 3) and h1.values["memory_percent"][j] == 75.0
+    (gpu,) = month.gpus
+    assert gpu.values["gpu_utilization"][j] == 70.0 and gpu.values["gpu_memory_percent"][j] == 90.0
+    assert {p.pid: p.memory_bytes[j] for p in month.processes} == {11: 3 * 2**30, 12: 2**30}
+    assert resources_hosts(project_id=mine.pk, start=end - timedelta(days=30), end=end) == ["h1"]
