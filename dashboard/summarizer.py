@@ -140,7 +140,8 @@ def _batches(touched: list[dict], size: int) -> Iterable[list[dict]]:
         yield touched[i:i + size]
 
 
-def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None) -> tuple[list[str], int]:
+def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
+                         mark_dirty: bool = True) -> tuple[list[str], int]:
     """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
     range of their new spans), write their rows and mark the minutes to roll up again.
     Returns (trace ids written, spans read)."""
@@ -177,7 +178,7 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
             if before is not None and before["has_root"]:
                 dirty.add(int(before["start_ns"]) // MINUTE_NS)
         store.insert("traces", rows, tag="dashboard.summarizer.write")
-        if dirty:
+        if dirty and mark_dirty:
             store.insert("rollup_dirty", [{"project_id": project_id, "bucket": m * MINUTE_NS} for m in sorted(dirty)],
                          tag="dashboard.summarizer.mark_dirty")
         written.extend(r["trace_id"] for r in rows)
@@ -252,10 +253,12 @@ ORDER BY first_ns, trace_id
 
 
 def traces_rebuild(*, project_id: int, from_ns: int, to_ns: int, chunk_seconds: int = 3600,
-                   progress: Callable[[int, int, int], None] | None = None) -> int:
+                   progress: Callable[[int, int, int], None] | None = None, mark_dirty: bool = True) -> int:
     """Summarise again every trace whose first span starts in [from_ns, to_ns), a chunk of time
     at a time (for data loaded in bulk, or after the price table changed). ``progress(done_ns,
-    total_ns, traces)`` is called after each chunk. Returns the number of traces written."""
+    total_ns, traces)`` is called after each chunk. Returns the number of traces written.
+    ``mark_dirty=False`` when the caller rebuilds the range's rollups itself (the rollup task need
+    not redo them)."""
     prices = prices_for_project(project_id=project_id)
     chunk_ns = chunk_seconds * 1_000_000_000
     pad_ns = int(settings.TRACEDASH_TRACE_MAX_SECONDS * 1_000_000_000)
@@ -269,7 +272,8 @@ def traces_rebuild(*, project_id: int, from_ns: int, to_ns: int, chunk_seconds: 
             _RANGE_SQL, {"project_id": project_id, "lo_ns": cursor, "hi_ns": end, "pad_ns": pad_ns},
             tag="dashboard.summarizer.rebuild_range").dicts()
         if touched:
-            written, _ = traces_summarize_ids(project_id=project_id, touched=touched, prices=prices)
+            written, _ = traces_summarize_ids(project_id=project_id, touched=touched, prices=prices,
+                                              mark_dirty=mark_dirty)
             total += len(written)
         cursor = end
         if progress is not None:

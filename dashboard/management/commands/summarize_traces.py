@@ -66,7 +66,8 @@ class Command(BaseCommand):
         traces = 0
         if not rollups_only:
             started = time.monotonic()
-            traces = traces_rebuild(project_id=target.pk, from_ns=from_ns, to_ns=to_ns,
+            # the rollups of the range are rebuilt next, so the rollup task need not redo them
+            traces = traces_rebuild(project_id=target.pk, from_ns=from_ns, to_ns=to_ns, mark_dirty=False,
                                     progress=lambda done, total, n: _bar("summaries", done, total, started, f"{n:,} traces"))
             sys.stderr.write("\n")
         started = time.monotonic()
