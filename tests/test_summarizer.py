@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 
 from dashboard import summarizer
@@ -190,3 +190,28 @@ def test_a_backlog_is_worked_off_over_several_runs(project_with_key, settings):
     for _ in range(2):
         summarizer.traces_summarize(project_ids=[project.pk])
     assert {t[0]["trace_id"] for t in big} <= set(latest(project.pk))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_open_pages_receive_the_summarized_event(project_with_key, make_user):
+    """Through the real consumer: a member's socket gets ``traces.summarized`` after a run."""
+    from channels.testing import WebsocketCommunicator
+
+    from config.asgi import application
+    from tests.test_live import _session_headers
+
+    async def scenario():
+        alice = await sync_to_async(make_user)()
+        project, _ = await sync_to_async(project_with_key)(members=[alice])
+        member = WebsocketCommunicator(application, f"/ws/projects/{project.pk}/traces/",
+                                       headers=await sync_to_async(_session_headers)(alice))
+        assert (await member.connect())[0]
+        spans = llm_trace()
+        await sync_to_async(insert)(project.pk, spans)
+        report = await sync_to_async(summarizer.traces_summarize)(project_ids=[project.pk])
+        assert report.traces == 1
+        assert await member.receive_json_from(timeout=5) == {
+            "type": "traces.summarized", "count": 1, "trace_ids": [spans[0]["trace_id"]]}
+        await member.disconnect()
+
+    async_to_sync(scenario)()
