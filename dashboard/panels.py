@@ -401,7 +401,8 @@ def compare_figures(a: WindowStats, b: WindowStats, *, label_a: str, label_b: st
             out += [source[0.5], source[0.95], source[0.99]]
         return out
 
-    fig = figure(barmode="group", height=360, hovermode="closest",
+    fig = figure(barmode="group", height=390, hovermode="closest", legend={"orientation": "h", "y": 1.1},
+                 margin={"l": 56, "r": 16, "t": 64, "b": 40},
                  title={"text": "Percentiles per phase, A against B", "x": 0, "font": {"size": 13}},
                  xaxis={"type": "category", "tickangle": -45}, yaxis={"title": {"text": "ms"}, "rangemode": "tozero"})
     fig.add_bar(x=names, y=values(a), name=label_a, marker_color="#9aa5b1")
