@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from bench.query_traces import PROJECT_ID, Scenario
 

@@ -26,6 +26,7 @@ from store import get_store
 from store.schema import ROLLUP_HISTOGRAMS, ROLLUP_MINUTE
 
 from .summarizer import _clock_ns, watermark_get, watermark_set
+from .trace_math import PHASES
 
 JOB = "rollup"
 NS = 1_000_000_000
@@ -44,7 +45,6 @@ _LN_GAMMA = math.log(HIST_GAMMA)
 
 _COLUMNS = [c.name for c in ROLLUP_MINUTE.insert_columns]
 _COLUMN_LIST = ", ".join(_COLUMNS)
-_PHASES = ("network", "preprocess", "inference", "postprocess", "other")
 
 
 def hist_key_sql(expr: str) -> str:
@@ -78,7 +78,7 @@ _FROM_TRACES = {
     "ttft_count": "countIf(ttft_ns IS NOT NULL)",
     "tpot_sum_ns": "sum(ifNull(tpot_ns, 0))",
     "tpot_count": "countIf(tpot_ns IS NOT NULL)",
-    **{f"{p}_sum_ns": f"sum({p}_ns)" for p in _PHASES},
+    **{f"{p}_sum_ns": f"sum({p}_ns)" for p in PHASES},
     **{f"{h}_hist": _hist_from_traces(h) for h in ROLLUP_HISTOGRAMS},
 }
 # Coarser buckets from finer ones: sums add, maxima take the max, histograms add key by key.

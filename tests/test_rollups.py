@@ -4,9 +4,9 @@ never double count, hour/day rollups agree with minutes, reads are scoped to the
 from __future__ import annotations
 
 import random
-import uuid
 import time
-from datetime import datetime, timedelta, timezone
+import uuid
+from datetime import datetime, timezone
 
 import pytest
 
