@@ -3,14 +3,10 @@ import asyncio
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from config.live import server_loop_register
 from projects.selectors import project_for_user
 
 from .services import alerts_group
-
-
-# The event loop the consumers run on. The in-memory channel layer's queues belong to that loop,
-# so a push from another thread (the embedded beat) must be scheduled onto it (alerts.services).
-server_loop: asyncio.AbstractEventLoop | None = None
 
 
 class AlertsConsumer(AsyncJsonWebsocketConsumer):
@@ -18,8 +14,7 @@ class AlertsConsumer(AsyncJsonWebsocketConsumer):
     (members only; others get close code 4403 like the traces socket)."""
 
     async def connect(self):
-        global server_loop
-        server_loop = asyncio.get_running_loop()
+        server_loop_register(asyncio.get_running_loop())
         user = self.scope.get("user")
         project_id = self.scope["url_route"]["kwargs"]["project_id"]
         project = await database_sync_to_async(project_for_user)(user=user, project_id=project_id) if user else None

@@ -19,7 +19,6 @@ series keep their state (no data is not invented) and the other rules are evalua
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -561,38 +560,13 @@ def alerts_group(project_id: int) -> str:
 
 
 def _push_live(project_ids: list[int]) -> None:
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
+    from config.live import group_send
 
     from .selectors import alerts_firing_payload
 
-    from channels.layers import InMemoryChannelLayer
-
-    from . import consumers
-
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    loop = consumers.server_loop
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    # In-memory layer: its queues belong to the server's loop; from another thread, run there.
-    hop = isinstance(layer, InMemoryChannelLayer) and loop is not None and loop.is_running() and running is not loop
     for project_id in project_ids:
-        message = {"type": "alerts.changed", "firing": alerts_firing_payload(project_id=project_id)}
-        try:
-            if hop:
-                asyncio.run_coroutine_threadsafe(layer.group_send(alerts_group(project_id), message), loop).result(5)
-            elif running is not None:  # a loop runs in this thread: async_to_sync refuses, so send from another
-                sender = threading.Thread(target=async_to_sync(layer.group_send), args=(alerts_group(project_id), message))
-                sender.start()
-                sender.join(5)
-            else:
-                async_to_sync(layer.group_send)(alerts_group(project_id), message)
-        except Exception:  # noqa: BLE001 - the page catches up on its next load; the round must not fail
-            log.exception("live alert push for project %s failed", project_id)
+        # The page catches up on its next load; a failed push never fails the round.
+        group_send(alerts_group(project_id), {"type": "alerts.changed", "firing": alerts_firing_payload(project_id=project_id)})
 
 
 # --- rules, channels, silences, acknowledgements -------------------------------------------------------

@@ -70,7 +70,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "dashboard:traces"
+LOGIN_REDIRECT_URL = "dashboard:home"  # the overview
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"

@@ -3,7 +3,8 @@ import asyncio
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from ingest.services import live_loop_register, traces_group
+from config.live import server_loop_register
+from ingest.services import traces_group
 from projects.selectors import project_for_user
 
 
@@ -21,7 +22,7 @@ class TracesConsumer(AsyncJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=4403)
             return
-        live_loop_register(asyncio.get_running_loop())
+        server_loop_register(asyncio.get_running_loop())
         self.group = traces_group(project.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()

@@ -20,9 +20,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 
+from config.live import group_send
 from ingest.services import traces_group
 from store import get_store
 
@@ -286,13 +286,6 @@ def traces_summarized_notify(*, project_id: int, trace_ids: list[str]) -> None:
     The rows are already written: a live-update failure is logged, never raised."""
     if not trace_ids:
         return
-    try:
-        from channels.layers import get_channel_layer
-
-        layer = get_channel_layer()
-        if layer is not None:
-            async_to_sync(layer.group_send)(traces_group(project_id), {
-                "type": "traces.summarized", "count": len(trace_ids), "trace_ids": trace_ids[:EVENT_TRACE_IDS],
-            })
-    except Exception:  # noqa: BLE001 - logged, never swallowed silently
-        log.exception("live update (traces.summarized) for project %s failed", project_id)
+    group_send(traces_group(project_id), {
+        "type": "traces.summarized", "count": len(trace_ids), "trace_ids": trace_ids[:EVENT_TRACE_IDS],
+    })
