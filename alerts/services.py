@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -70,12 +70,20 @@ class RoundReport:
 def lease_acquire(*, name: str = LEASE_NAME, holder: str, seconds: float = LEASE_SECONDS) -> bool:
     now = timezone.now()
     try:
-        EvaluationLease.objects.get_or_create(name=name)
-    except IntegrityError:  # another worker created it at the same moment
-        pass
-    taken = (EvaluationLease.objects.filter(name=name)
-             .filter(Q(expires_at__isnull=True) | Q(expires_at__lt=now) | Q(holder=holder))
-             .update(holder=holder, expires_at=now + timedelta(seconds=seconds)))
+        try:
+            EvaluationLease.objects.get_or_create(name=name)
+        except IntegrityError:  # another worker created it at the same moment
+            pass
+        taken = (EvaluationLease.objects.filter(name=name)
+                 .filter(Q(expires_at__isnull=True) | Q(expires_at__lt=now) | Q(holder=holder))
+                 .update(holder=holder, expires_at=now + timedelta(seconds=seconds)))
+    except OperationalError as exc:
+        # SQLite: another evaluator is writing the lease right now ("database is locked"): it
+        # holds the round; this one is skipped, exactly as if the UPDATE had matched no row.
+        if "locked" not in str(exc):
+            raise
+        log.info("evaluation lease busy (%s); round skipped", exc)
+        return False
     return taken == 1
 
 

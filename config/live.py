@@ -16,6 +16,8 @@ import logging
 import threading
 
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 log = logging.getLogger("tracedash.live")
 
@@ -56,3 +58,36 @@ def group_send(group: str, message: dict, *, wait: bool = True) -> None:
             async_to_sync(layer.group_send)(group, message)
     except Exception:  # noqa: BLE001 - logged, never swallowed silently; the data is stored
         log.exception("live event %s to %s failed", message.get("type"), group)
+
+
+class ProjectGroupConsumer(AsyncJsonWebsocketConsumer):
+    """A websocket that joins one group of the project in its URL, for members only.
+
+    Subclasses name the group (``group_for(project_id)``) and handle its events. A non-member's
+    socket is accepted, then closed with 4403: a refused handshake reaches the browser as 1006,
+    and the page could not tell "not allowed" (stop) from "server restarting" (reconnect).
+    """
+
+    @staticmethod
+    def group_for(project_id: int) -> str:
+        raise NotImplementedError
+
+    async def connect(self):
+        from projects.selectors import project_for_user
+
+        server_loop_register(asyncio.get_running_loop())
+        user = self.scope.get("user")
+        project_id = self.scope["url_route"]["kwargs"]["project_id"]
+        project = await database_sync_to_async(project_for_user)(user=user, project_id=project_id) if user else None
+        if project is None:
+            await self.accept()
+            await self.close(code=4403)
+            return
+        self.group = self.group_for(project.pk)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code):
+        group = getattr(self, "group", None)
+        if group:
+            await self.channel_layer.group_discard(group, self.channel_name)

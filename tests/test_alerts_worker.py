@@ -10,26 +10,16 @@ import time
 import urllib.request
 import uuid
 
-import pytest
 
 from tests.conftest import wait_until
 from tests.support.webhook_receiver import WebhookReceiver
-from tests.support.worker_server import WorkerServer
+from tests.support.worker_server import WorkerServer, requires_redis
 
 BROKER = os.environ.get("TRACEDASH_TEST_ALERTS_BROKER", "redis://127.0.0.1:6379/5")
 GiB = 2**30
 
 
-def _redis_up() -> bool:
-    import redis
-
-    try:
-        return bool(redis.Redis.from_url(BROKER, socket_connect_timeout=1).ping())
-    except Exception:  # noqa: BLE001 - any failure: no broker to test against
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _redis_up(), reason=f"no Redis at {BROKER}")
+pytestmark = requires_redis(BROKER)
 
 
 def _post_samples(url, key, mem_pct):

@@ -14,27 +14,17 @@ import time
 import urllib.request
 import uuid
 
-import pytest
 import requests
 
 from tests.conftest import wait_until
 from tests.rollup_support import random_trace
-from tests.support.worker_server import WorkerServer
+from tests.support.worker_server import WorkerServer, requires_redis
 
 BROKER = os.environ.get("TRACEDASH_TEST_ROLLUPS_BROKER", "redis://127.0.0.1:6379/6")
 NS = 1_000_000_000
 
 
-def _redis_up() -> bool:
-    import redis
-
-    try:
-        return bool(redis.Redis.from_url(BROKER, socket_connect_timeout=1).ping())
-    except Exception:  # noqa: BLE001 - any failure: no broker to test against
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _redis_up(), reason=f"no Redis at {BROKER}")
+pytestmark = requires_redis(BROKER)
 
 
 def _send(url: str, key: str, spans: list[dict]) -> None:

@@ -124,6 +124,29 @@ def main(argv=None) -> None:
         get_store().close()
 
 
+def redis_up(url: str) -> bool:
+    """Whether a Redis server answers at ``url``."""
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except Exception:  # noqa: BLE001 - any failure: no broker to test against
+        return False
+
+
+def requires_redis(url: str):
+    """A pytest mark for tests that need the Redis at ``url``: skipped where none runs, but a
+    failure under CI (``TRACEDASH_REQUIRE_SERVICES=1``, set by .ci/run), so a real-worker test can
+    never silently stop running there."""
+    import pytest
+
+    if redis_up(url):
+        return pytest.mark.usefixtures()
+    if os.environ.get("TRACEDASH_REQUIRE_SERVICES"):
+        raise RuntimeError(f"no Redis at {url}, and TRACEDASH_REQUIRE_SERVICES is set")
+    return pytest.mark.skip(reason=f"no Redis at {url}")
+
+
 def send_task(broker: str, queue: str, name: str, *args, **kwargs):
     """Send a task by name to the worker's queue over the broker, from any process."""
     from celery import Celery
