@@ -41,6 +41,16 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
+# Labels read in this order whatever the database did to the JSON (PostgreSQL's jsonb reorders keys).
+LABEL_ORDER = ("host", "gpu", "pid", "process", "service", "model")
+
+
+def labels_text(labels: dict, *, skip: tuple[str, ...] = ()) -> str:
+    keys = sorted((k for k in labels if k not in skip),
+                  key=lambda k: (LABEL_ORDER.index(k) if k in LABEL_ORDER else len(LABEL_ORDER), k))
+    return ", ".join(f"{k}={labels[k]}" for k in keys)
+
+
 def slack_message(payload: dict) -> dict:
     """Slack incoming-webhook format: ``text`` (shown in notifications) plus one attachment per alert."""
     status = payload["status"]
@@ -50,8 +60,7 @@ def slack_message(payload: dict) -> dict:
            f"{rule['name']} ({payload['project']['name']})"
     attachments = []
     for alert in payload["alerts"]:
-        labels = ", ".join(f"{k}={v}" for k, v in alert["labels"].items()
-                           if k not in ("alertname", "project", "severity", "metric"))
+        labels = labels_text(alert["labels"], skip=("alertname", "project", "severity", "metric"))
         value = "no data" if alert["value"] is None else f"{alert['value']:g}"
         attachments.append({
             "color": "danger" if alert["status"] == "firing" else "good",
@@ -70,7 +79,7 @@ def email_message(payload: dict) -> tuple[str, str]:
     subject = f"[tracedash {payload['status'].upper()}] {rule['name']} ({payload['project']['name']})"
     lines = [f"{rule['condition']} (severity {rule['severity']})", ""]
     for alert in payload["alerts"]:
-        labels = ", ".join(f"{k}={v}" for k, v in alert["labels"].items())
+        labels = labels_text(alert["labels"])
         value = "no data" if alert["value"] is None else f"{alert['value']:g}"
         lines.append(f"- {alert['status']}: {labels} value {value} since {alert['startsAt']}"
                      + (f" until {alert['endsAt']}" if alert["endsAt"] else ""))
