@@ -23,6 +23,9 @@ VARIABLES: dict[str, str] = {
     "TRACEDASH_CHANNEL_LAYER_URL": "redis://host:6379/1 for channels_redis; unset: in-memory layer",
     "TRACEDASH_SECRET_KEY": "Django secret key; unset: generated once and kept in the data dir",
     "TRACEDASH_DEBUG": "1 to enable Django debug pages (never in production)",
+    "TRACEDASH_HTTPS": "1 when the dashboard is served over HTTPS: secure cookies and HSTS (ignored with TRACEDASH_DEBUG=1)",
+    "TRACEDASH_HSTS_SECONDS": "Strict-Transport-Security max-age under TRACEDASH_HTTPS=1; default 31536000 (a year)",
+    "TRACEDASH_PROXY_SSL_HEADER": "header a TLS-terminating proxy sets to https (e.g. X-Forwarded-Proto); unset: not trusted",
     "TRACEDASH_ALLOWED_HOSTS": "comma-separated host names the server answers to",
     "TRACEDASH_RETENTION_DAYS": "days spans and resource samples are kept (ClickHouse TTL); default 30",
     "TRACEDASH_BEAT_SAMPLE_SECONDS": "interval of the in-process host sampler in embedded mode; default 10",
@@ -90,6 +93,9 @@ class Env:
     email: dict
     email_from: str
     public_url: str
+    https: bool = False
+    hsts_seconds: int = 31_536_000
+    proxy_ssl_header: str | None = None
 
     @property
     def embedded_store(self) -> bool:
@@ -265,6 +271,35 @@ def _public_url(environ) -> str:
     return raw.rstrip("/")
 
 
+def _proxy_ssl_header(environ) -> str | None:
+    raw = _get(environ, "TRACEDASH_PROXY_SSL_HEADER")
+    if raw is None:
+        return None
+    if not raw.replace("-", "").replace("_", "").isalnum() or not raw.isascii():
+        raise ConfigError("TRACEDASH_PROXY_SSL_HEADER", f"expected a header name such as X-Forwarded-Proto, got {raw!r}")
+    return raw
+
+
+def security_settings(loaded: Env) -> dict:
+    """Django's cookie and transport-security settings for ``loaded``. Under TRACEDASH_HTTPS=1
+    (and not DEBUG) cookies are sent over HTTPS only and HSTS is on; the proxy's scheme header is
+    trusted only when TRACEDASH_PROXY_SSL_HEADER names it (trusting it without a proxy that
+    overwrites it would let any client claim HTTPS)."""
+    https = loaded.https and not loaded.debug
+    header = loaded.proxy_ssl_header
+    return {
+        "SESSION_COOKIE_SECURE": https,
+        "CSRF_COOKIE_SECURE": https,
+        "SECURE_HSTS_SECONDS": loaded.hsts_seconds if https else 0,
+        "SECURE_PROXY_SSL_HEADER": ("HTTP_" + header.upper().replace("-", "_"), "https") if header else None,
+        "SECURE_REFERRER_POLICY": "same-origin",
+        "SECURE_CONTENT_TYPE_NOSNIFF": True,
+        "SESSION_COOKIE_HTTPONLY": True,
+        "CSRF_COOKIE_HTTPONLY": True,
+        "X_FRAME_OPTIONS": "DENY",
+    }
+
+
 def _secret_key(environ, data_dir: Path) -> str:
     raw = _get(environ, "TRACEDASH_SECRET_KEY")
     if raw is not None:
@@ -329,4 +364,7 @@ def load(environ=None) -> Env:
         email=parse_email_url(_get(environ, "TRACEDASH_EMAIL_URL")),
         email_from=_get(environ, "TRACEDASH_EMAIL_FROM") or "tracedash@localhost",
         public_url=_public_url(environ),
+        https=_flag(environ, "TRACEDASH_HTTPS"),
+        hsts_seconds=_positive_int(environ, "TRACEDASH_HSTS_SECONDS", 31_536_000, minimum=0, maximum=10 * 31_536_000),
+        proxy_ssl_header=_proxy_ssl_header(environ),
     )
