@@ -165,6 +165,14 @@ CELERY_BEAT_SCHEDULE["rollups-update"] = {
     "schedule": TRACEDASH_ROLLUP_SECONDS,
     "options": {"expires": TRACEDASH_ROLLUP_SECONDS * 2},
 }
+# Per-project retention shorter than TRACEDASH_RETENTION_DAYS (the TTL): daily deletes of older rows
+# (dashboard.retention_services). The embedded beat runs it once at start, then daily.
+TRACEDASH_RETENTION_ENFORCE_SECONDS = 86400
+CELERY_BEAT_SCHEDULE["retention-enforce"] = {
+    "task": "dashboard.tasks.enforce_retention",
+    "schedule": TRACEDASH_RETENTION_ENFORCE_SECONDS,
+    "options": {"expires": TRACEDASH_RETENTION_ENFORCE_SECONDS},
+}
 
 # --- Alerts --------------------------------------------------------------------------------
 TRACEDASH_ALERTS_DELIVERY_TIMEOUT = 5.0  # seconds per webhook/Slack attempt; retries back off (alerts.services)

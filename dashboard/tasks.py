@@ -1,11 +1,11 @@
 """Celery tasks: thin wrappers over the summariser and rollup services (beat entries
-``traces-summarize`` and ``rollups-update`` in settings.CELERY_BEAT_SCHEDULE)."""
+``traces-summarize``, ``rollups-update`` and ``retention-enforce`` in settings.CELERY_BEAT_SCHEDULE)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from . import rollup_services, summarizer
+from . import retention_services, rollup_services, summarizer
 
 
 @shared_task(name="dashboard.tasks.summarize_traces", ignore_result=True)
@@ -19,3 +19,9 @@ def update_rollups() -> dict:
     report = rollup_services.rollups_update()
     return {"projects": report.projects, "minutes": report.minutes, "hours": report.hours, "days": report.days,
             "seconds": report.seconds}
+
+
+@shared_task(name="dashboard.tasks.enforce_retention", ignore_result=True)
+def enforce_retention() -> dict:
+    report = retention_services.retention_enforce()
+    return {"projects": report.projects, "statements": report.statements, "seconds": report.seconds}

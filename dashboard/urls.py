@@ -20,5 +20,6 @@ urlpatterns = [
     path("api/v1/series/costs", series_api.costs, name="series-costs"),
     path("api/v1/series/compare", series_api.compare, name="series-compare"),
     path("resources/", views.resources_latest, name="resources"),
+    path("settings/", views.project_settings, name="settings"),
     path("resources/series.json", views.resources_series_json, name="resources-series"),
 ]

@@ -1,5 +1,14 @@
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+RETENTION_DAYS_MIN = 1
+RETENTION_DAYS_MAX = 3650
+
+
+def default_retention_days() -> int:
+    """A new project keeps its data as long as the server's global retention (the TTL)."""
+    return int(settings.TRACEDASH_RETENTION_DAYS)
 
 
 class Project(models.Model):
@@ -8,6 +17,15 @@ class Project(models.Model):
     name = models.CharField(max_length=200, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
+    # Days this project's spans, traces, resource samples and rollups are kept. The ClickHouse TTL
+    # (TRACEDASH_RETENTION_DAYS) stays the upper bound; a shorter value is enforced by the daily
+    # retention task (dashboard.retention_services).
+    retention_days = models.PositiveIntegerField(
+        default=default_retention_days,
+        validators=[MinValueValidator(RETENTION_DAYS_MIN), MaxValueValidator(RETENTION_DAYS_MAX)],
+        help_text="Days this project's traces, spans, resource samples and rollups are kept "
+                  f"({RETENTION_DAYS_MIN}-{RETENTION_DAYS_MAX}); the server's global retention is the upper bound.",
+    )
 
     class Meta:
         ordering = ["name"]

@@ -80,3 +80,11 @@ def local_admin_ensure(*, username: str = "admin") -> dict:
     if not Project.objects.exists():
         created["project"], created["key"] = project_create(name="default", owner=created["user"])
     return created
+
+
+def project_retention_update(*, project: Project, retention_days: int) -> Project:
+    """Set how many days the project's data is kept (validated by the model's bounds)."""
+    project.retention_days = int(retention_days)
+    project.full_clean(validate_unique=False, validate_constraints=False)
+    project.save(update_fields=["retention_days"])
+    return project
