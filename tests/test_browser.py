@@ -175,7 +175,7 @@ def test_traces_summarised_while_the_page_is_open_appear_at_the_top(page, asgi_s
     log_in(page, asgi_server, "bob")
     expect(page.locator("table.traces tbody tr")).to_have_count(1)
 
-    page.wait_for_function("window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
+    page.wait_for_function("() => window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
     assert f"{asgi_server.ws_url}/ws/projects/{project.pk}/traces/" in page.watch.websockets
 
     # Ingested, then summarised: the page asks for the announced traces that match its query.
@@ -198,7 +198,7 @@ def test_pages_make_no_external_requests(page, asgi_server, make_user, project_w
     _, key = project_with_key("own-origin", members=[carol])
     post_spans(asgi_server, key, llm_trace())
     log_in(page, asgi_server, "carol")
-    page.wait_for_function("window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
+    page.wait_for_function("() => window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
     page.wait_for_load_state("networkidle")
 
     origins = (asgi_server.url + "/", asgi_server.ws_url + "/")

@@ -104,7 +104,7 @@ def test_live_row_is_inserted_at_the_top_without_moving_what_the_reader_sees(pag
     log_in(page, asgi_server, "frank")
     page.goto(f"{asgi_server.url}/traces/?range=1h")
     expect(page.locator("table.explorer tbody tr")).to_have_count(40)
-    page.wait_for_function("window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
+    page.wait_for_function("() => window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
 
     # The reader scrolls down to the 20th row.
     anchor = page.locator(f'tr[data-trace-id="{ids[19]}"]')
@@ -140,7 +140,7 @@ def test_off_the_first_page_new_traces_are_counted_not_inserted(page, asgi_serve
     log_in(page, asgi_server, "gina")
     page.goto(f"{asgi_server.url}/traces/?range=1h&sort=duration&dir=desc")
     expect(page.locator("table.explorer tbody tr")).to_have_count(3)
-    page.wait_for_function("window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
+    page.wait_for_function("() => window.__sockets.some((s) => s.url.endsWith('/traces/') && s.readyState === WebSocket.OPEN)")
     spans = llm_trace(start_ns=time.time_ns() - NS)
     post_spans(asgi_server, key, spans)
     summary_insert(project_id=project.pk, spans=spans)

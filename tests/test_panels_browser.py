@@ -60,7 +60,7 @@ def log_in(page, server, username, path):
 
 def chart_data(page, figure_id):
     """The traces plotly drew in the chart of ``figure_id`` (name, x, y, customdata)."""
-    page.wait_for_function(f"document.getElementById('chart-{figure_id}') && document.getElementById('chart-{figure_id}').data")
+    page.wait_for_function(f"() => document.getElementById('chart-{figure_id}') && document.getElementById('chart-{figure_id}').data")
     return page.evaluate(f"""Array.from(document.getElementById('chart-{figure_id}').data, (t) =>
         ({{name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []), customdata: Array.from(t.customdata || [])}}))""")
 
@@ -110,7 +110,7 @@ def test_overview_draws_seeded_numbers_filters_and_links_to_traces(page, asgi_se
     expect(page.locator('[data-kpi="requests"] .value')).to_have_text("25")
 
     # Traces summarised while the page is open redraw the tiles and charts without a reload.
-    page.wait_for_function("window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
+    page.wait_for_function("() => window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
     late = [shaped(start_ns=now - (10 - i) * 60 * S, e2e_ms=700, service="search") for i in range(3)]
     post_spans(asgi_server, key, [s for t in late for s in t])
     summarised(project.pk, 28)
@@ -188,10 +188,10 @@ def test_resources_charts_show_samples_and_redraw_live(page, asgi_server, make_u
     assert procs[0]["name"] == "gpu-node-1 · GPU 0 · vllm (4242)" and non_null(procs[0]["y"]) == [51200.0]
 
     # A sample that arrives while the page is open is drawn without a reload.
-    page.wait_for_function("window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
+    page.wait_for_function("() => window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
     post_samples([{"time": time.time_ns(), "host": "gpu-node-1", "gpu_index": 0, "gpu_utilization": 91.0,
                    "gpu_memory_used": 72 * 2**30, "gpu_memory_total": 80 * 2**30}])
-    page.wait_for_function("""Array.from(document.getElementById('chart-fig-gpu-mem').data[0].y).includes(90)""")
+    page.wait_for_function("""() => Array.from(document.getElementById('chart-fig-gpu-mem').data[0].y).includes(90)""")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "resources.png"), full_page=True)
 

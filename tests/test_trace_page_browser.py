@@ -29,7 +29,7 @@ def log_in(page, server, username):
 
 def open_trace(page, server, tid, query=""):
     page.goto(f"{server.url}/traces/{tid}/{query}")
-    page.wait_for_function("document.getElementById('waterfall').dataset.ready === '1'")
+    page.wait_for_function("() => document.getElementById('waterfall').dataset.ready === '1'")
 
 
 def visible_names(page):
@@ -358,7 +358,7 @@ def test_compare_with_another_trace_and_with_the_endpoint_p50(page, asgi_server,
     expect(table.locator("tr[data-figure=inference_ns] td.pct")).to_have_text("+100.0 %")
     expect(table.locator("tr[data-figure=network_ns] td.diff")).to_have_text("0.0 ms")
     page.locator("#col-b a").click()  # back to trace B's page
-    page.wait_for_function("document.getElementById('waterfall').dataset.ready === '1'")
+    page.wait_for_function("() => document.getElementById('waterfall').dataset.ready === '1'")
     expect(page.locator("#trace-id")).to_have_text(b)
     page.screenshot(path=str(ARTIFACTS / "trace-compare.png"), full_page=True)
     assert page.watch.page_errors == []
@@ -374,16 +374,16 @@ def test_spans_arriving_for_the_open_trace_are_announced(page, asgi_server, make
     log_in(page, asgi_server, user.username)
     open_trace(page, asgi_server, spans[0]["trace_id"], f"?span={spans[1]['span_id']}")
     assert len(visible_names(page)) == 3
-    page.wait_for_function("window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
+    page.wait_for_function("() => window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
     page.evaluate("""window.__sockets.forEach((s) => s.addEventListener('message', (m) => {
         if (JSON.parse(m.data).type === 'traces.ingested') window.__ingested = (window.__ingested || 0) + 1; }))""")
     post_spans(asgi_server, key, llm_trace())  # another trace: no announcement
-    page.wait_for_function("window.__ingested >= 1")
+    page.wait_for_function("() => window.__ingested >= 1")
     expect(page.locator("#trace-live")).to_be_hidden()
     post_spans(asgi_server, key, spans[3:])
     expect(page.locator("#trace-live")).to_be_visible()
     page.click("#trace-live-reload")
-    page.wait_for_function("document.getElementById('waterfall').dataset.ready === '1'")
+    page.wait_for_function("() => document.getElementById('waterfall').dataset.ready === '1'")
     assert len(visible_names(page)) == 5
     expect(page.locator(".wf-row.selected")).to_have_attribute("data-span-id", spans[1]["span_id"])
     expect(page.locator("#trace-live")).to_be_hidden()

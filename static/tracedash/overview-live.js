@@ -1,0 +1,45 @@
+// Live overview: when traces of this project are summarised, re-read the overview and redraw the
+// charts and tiles in place (a window ending "now" only; the template includes this script only then).
+// The script tag carries data-url (the overview JSON) and data-project (the project id).
+(function () {
+  "use strict";
+  const me = document.currentScript;
+  const proto = location.protocol === "https:" ? "wss" : "ws";
+  const url = me.dataset.url + location.search;
+  const projectId = encodeURIComponent(me.dataset.project);
+  let pending = null;
+  function text(el, value) { if (el) el.textContent = value; }
+  function refresh() {
+    pending = null;
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((r) => (r.ok ? r.json() : null))
+      .then((body) => {
+        if (!body) return;
+        Object.entries(body.figures).forEach(([id, fig]) => {
+          const el = document.querySelector(`.chart[data-figure="${CSS.escape(id)}"]`);
+          if (el) window.tracedashCharts.draw(el, fig);
+        });
+        body.kpis.forEach((k) => {
+          const tile = document.querySelector(`[data-kpi="${CSS.escape(k.key)}"]`);
+          if (!tile) return;
+          text(tile.querySelector(".value .num"), k.value === null ? "–" : k.value.toFixed(k.digits));
+          const delta = tile.querySelector(".delta");
+          if (delta) {
+            delta.className = `delta ${k.verdict}`;
+            text(delta, k.change_percent === null ? "no previous data"
+              : `${k.change_percent > 0 ? "+" : ""}${k.change_percent.toFixed(1)} % vs previous`);
+          }
+        });
+        document.body.dataset.overviewRefreshed = String(Number(document.body.dataset.overviewRefreshed || 0) + 1);
+      });
+  }
+  function connect() {
+    const ws = new WebSocket(`${proto}://${location.host}/ws/projects/${projectId}/traces/`);
+    ws.onmessage = (msg) => {
+      const event = JSON.parse(msg.data);
+      if (event.type === "traces.summarized" && !pending) pending = setTimeout(refresh, 1000);
+    };
+    ws.onclose = (e) => { if (e.code !== 4403) setTimeout(connect, 3000); };
+  }
+  connect();
+})();
