@@ -331,3 +331,12 @@ async def _websocket_scenario(make_user, project_with_key, kind):
     assert connected
     assert await member.receive_nothing(timeout=0.3)
     await member.disconnect()
+
+
+@pytest.mark.parametrize("name", [n for n in PROTECTED if MATRIX[n].kind in ("page", "json")])
+def test_no_session_url_accepts_a_post_without_csrf_token(world, name):
+    """Pages and JSON endpoints that take no form refuse a cross-site POST too (403 CSRF or 405)."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(world.alice)
+    response = client.post(MATRIX[name].path(world), {"retention_days": 1, "name": "x"})
+    assert response.status_code in (403, 405), (name, response.status_code)
