@@ -7,7 +7,10 @@ server-side parameter (never the other project's), and neither value appears in 
 
 from __future__ import annotations
 
+import ast
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -16,7 +19,7 @@ from store.client import Store
 from store.schema import TABLES
 from tests.test_security_matrix import MATRIX, world  # noqa: F401  (world: the fixture)
 
-pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+ROOT = Path(__file__).resolve().parent.parent
 
 PLAIN = "zqplainmarkerzq"
 HOSTILE = "zqx') OR 1=1 --\"`zq"
@@ -61,6 +64,8 @@ def _check(calls, project_id: int, other_id: int) -> list[str]:
     return problems
 
 
+@pytest.mark.clickhouse
+@pytest.mark.django_db
 def test_member_pages_and_json_read_only_their_project(world, recorded):
     alice = Client()
     alice.force_login(world.alice)
@@ -83,6 +88,8 @@ def test_member_pages_and_json_read_only_their_project(world, recorded):
     assert not _check(recorded, world.a.pk, world.b.pk), sorted(set(_check(recorded, world.a.pk, world.b.pk)))
 
 
+@pytest.mark.clickhouse
+@pytest.mark.django_db
 def test_key_reads_only_the_keys_project(world, recorded):
     Client().get(f"/api/v1/traces/{world.trace}", HTTP_AUTHORIZATION=f"Bearer {world.b_key}")
     Client().get(f"/api/v1/traces/{world.b_trace}", HTTP_AUTHORIZATION=f"Bearer {world.b_key}")
@@ -98,3 +105,28 @@ def test_the_check_flags_unscoped_reads_and_inlined_input():
     assert _check([("SELECT 1 FROM spans WHERE project_id = {project_id:UInt64}", {"project_id": 2}, "t3")], 1, 2) == [
         "t3: the project id is not a parameter (['project_id'])", "t3: another project's id as a parameter (['project_id'])"]
     assert _check([("SELECT 1 FROM spans WHERE project_id = {p:UInt64}", {"p": 1}, "ok")], 1, 2) == []
+
+
+# Functions whose SQL reads FROM a source their caller built (already filtered by project_id).
+BUILT_BY_CALLER = {("dashboard/rollups.py", "_quantiles_query")}
+
+
+def test_every_function_reading_a_project_table_names_project_id():
+    """Every function of the application (selectors, panels, explorer, rollups, alerts, …) whose
+    SQL reads a project table, or a table/subquery given as ``{variable}``, names project_id."""
+    tables = "|".join(map(re.escape, TABLES))
+    reads = re.compile(rf"\b(?:FROM|JOIN)\s+(?:\w+\.)?(?:{tables})\b|\b(?:FROM|JOIN)\s+\{{")
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    files = [f for f in files if not f.startswith(("tests/", "bench/", "store/", "sdk/", "demo/")) and "migrations" not in f]
+    checked, unscoped = 0, []
+    for name in files:
+        source = (ROOT / name).read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                text = ast.get_source_segment(source, node) or ""
+                if reads.search(text):
+                    checked += 1
+                    if "project_id" not in text and (name, node.name) not in BUILT_BY_CALLER:
+                        unscoped.append(f"{name}:{node.lineno} {node.name}")
+    assert checked > 20, checked
+    assert not unscoped, unscoped
