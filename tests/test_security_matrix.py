@@ -340,3 +340,22 @@ def test_no_session_url_accepts_a_post_without_csrf_token(world, name):
     client.force_login(world.alice)
     response = client.post(MATRIX[name].path(world), {"retention_days": 1, "name": "x"})
     assert response.status_code in (403, 405), (name, response.status_code)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_websocket_from_another_site_is_refused_even_with_a_members_cookie(make_user, project_with_key):
+    """Cross-site websocket hijacking: a page on another origin cannot open the member's socket."""
+    async_to_sync(_cross_site_scenario)(make_user, project_with_key)
+
+
+async def _cross_site_scenario(make_user, project_with_key):
+    from config.asgi import application
+
+    alice = await sync_to_async(make_user)("xs-alice")
+    a, _ = await sync_to_async(project_with_key)("xs-A", members=[alice])
+    headers = [h for h in await sync_to_async(_session_headers)(alice) if h[0] != b"origin"]
+    socket = WebsocketCommunicator(application, f"/ws/projects/{a.pk}/traces/",
+                                   headers=headers + [(b"origin", b"http://evil.example")])
+    connected, _ = await socket.connect()
+    assert not connected
+    await socket.disconnect()
