@@ -4,6 +4,9 @@ from django.urls import include, path
 
 from dashboard.views import healthz
 
+# A metadata database outage answers a clear 503 instead of a bare 500 (config/errors.py).
+handler500 = "config.errors.server_error"
+
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(), name="login"),

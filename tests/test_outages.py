@@ -129,3 +129,97 @@ def test_clickhouse_outage_gives_clear_503s_spools_ingest_and_recovers(world, cl
     for name in READ_URLS:
         response = alice.get(MATRIX[name].path(world))
         assert response.status_code == MATRIX[name].member_status, (name, response.status_code)
+
+
+# --- the metadata database goes away (a real server process) -------------------------------------
+def _session(base: str, username: str, password: str):
+    """An opener logged in through the login form (CSRF cookie + token, as a browser does)."""
+    import http.cookiejar
+    import re
+    import urllib.parse
+    import urllib.request
+
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(base + "/login/", timeout=10).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    data = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token}).encode()
+    opener.open(urllib.request.Request(base + "/login/", data=data, headers={"Referer": base + "/login/"}), timeout=10)
+    assert any(c.name == "sessionid" for c in jar), "login failed"
+    return opener
+
+
+def _get(opener, url: str) -> tuple[int, str, str]:
+    import urllib.error
+
+    try:
+        with opener.open(url, timeout=30) as response:
+            return response.status, response.headers.get("Content-Type", ""), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()
+
+
+def _post_spans(base: str, key: str) -> tuple[int, str, str]:
+    import urllib.request
+
+    body, _ = _batch()
+    request = urllib.request.Request(base + "/api/v1/traces", data=body, headers={
+        "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    return _get(urllib.request.build_opener(), request)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_metadata_database_outage_gives_clear_errors_and_recovers(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.test_ingest_faults import Server
+    from tests.test_serve import PRODUCTION_VARIABLES, ROOT, _free_port
+
+    data_dir = tmp_path / "var"
+    server = Server(data_dir, tmp_path / "no-clickhouse-outage", _free_port())
+    try:
+        env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
+        env.update(TRACEDASH_DATA_DIR=str(data_dir), DJANGO_SUPERUSER_PASSWORD="outage-pass-1")
+        key = subprocess.run([sys.executable, "manage.py", "create_project", "dbdown"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        subprocess.run([sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", "op",
+                        "--email", "op@example.com"], cwd=ROOT, env=env, capture_output=True, check=True)
+        opener = _session(server.base, "op", "outage-pass-1")
+        pages = ["/", "/traces/", "/settings/", "/alerts/", "/overview.json"]
+        before = {page: _get(opener, server.base + page)[0] for page in pages}
+        assert all(status < 500 for status in before.values()), before
+
+        db = data_dir / "tracedash.sqlite3"
+        moved = tmp_path / "moved.sqlite3"
+        db.rename(moved)
+        db.mkdir()  # the path now cannot be opened as a database: every connection attempt fails
+        try:
+            health = server.health()
+            assert health["status"] == "unavailable"
+            assert health["checks"]["database"]["ok"] is False, health
+            assert health["checks"]["clickhouse"]["ok"] is True
+            for page in pages:
+                status, content_type, body = _get(opener, server.base + page)
+                assert status == 503, (page, status, body[:300])
+                assert "database" in body.lower(), (page, body[:300])
+                if page.endswith(".json"):
+                    assert content_type.startswith("application/json")
+                    assert json.loads(body)["error"]["code"] == "database_unavailable"
+            # Ingestion cannot check the key: a clear 503 JSON (not acknowledged, so the client resends).
+            status, content_type, body = _post_spans(server.base, key)
+            assert status == 503 and content_type.startswith("application/json"), (status, body[:300])
+            assert json.loads(body)["error"]["code"] == "database_unavailable"
+        finally:
+            db.rmdir()
+            moved.rename(db)
+        assert server.health()["status"] == "ok"
+        after = {page: _get(opener, server.base + page)[0] for page in pages}
+        assert after == before
+        status, _, body = _post_spans(server.base, key)
+        assert status in (200, 202) and json.loads(body)["accepted"] == 15, (status, body[:300])
+    finally:
+        server.proc.send_signal(signal.SIGINT)
+        server.proc.wait(30)
