@@ -136,8 +136,33 @@ def resources_series_json(request):
     })
 
 
+def _redis_health() -> dict | None:
+    """Production mode: the Redis behind the channel layer and the Celery broker answers a PING.
+    ``None`` when neither is on Redis (embedded mode). Live events are best-effort and ingestion
+    does not need Redis, but periodic tasks (rollups, alerts) stop without the broker."""
+    from django.conf import settings
+
+    urls = {"channel_layer": settings.ENV.channel_layer_url, "broker": settings.ENV.broker_url}
+    urls = {name: url for name, url in urls.items() if url and url.startswith(("redis://", "rediss://"))}
+    if not urls:
+        return None
+    import redis as redis_client
+
+    check: dict = {"ok": True}
+    for name, url in urls.items():
+        client = redis_client.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+        try:
+            client.ping()
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready", reported in the body
+            check["ok"] = False
+            check.setdefault("error", f"{name}: {exc}"[:500])
+        finally:
+            client.close()
+    return check
+
+
 def healthz(request):
-    """Readiness of the web process, ClickHouse and the metadata database."""
+    """Readiness of the web process, ClickHouse, the metadata database (and Redis when configured)."""
     checks = {"web": {"ok": True}}
     store = get_store()
     try:
@@ -152,6 +177,9 @@ def healthz(request):
         checks["database"] = {"ok": True, "vendor": connection.vendor}
     except Exception as exc:  # noqa: BLE001 - any failure means "not ready", reported in the body
         checks["database"] = {"ok": False, "vendor": connection.vendor, "error": str(exc)[:500]}
+    redis = _redis_health()
+    if redis is not None:
+        checks["redis"] = redis
     from ingest.writer import get_writer
 
     writer = get_writer().health()
