@@ -317,3 +317,99 @@ def test_redis_outage_keeps_ingest_and_pages_working_and_healthz_reports_it(tmp_
             server.proc.wait(30)
         redis.send_signal(signal.SIGKILL)
         redis.wait(10)
+
+
+# --- the data dir's disk is full (a 2 MiB tmpfs under the spool) --------------------------------
+def _big_batch(n_traces: int = 4) -> tuple[bytes, set[tuple[str, str]]]:
+    now = time.time_ns()
+    spans, ids = [], set()
+    for _ in range(n_traces):
+        trace_id, root = secrets.token_hex(16), secrets.token_hex(8)
+        for i in range(3):
+            span_id = root if i == 0 else secrets.token_hex(8)
+            spans.append({"trace_id": trace_id, "span_id": span_id, "parent_span_id": None if i == 0 else root,
+                          "name": f"outage-{i}", "start_time": now - 10**9, "duration_ms": 5.0 + i,
+                          "attributes": {"gen_ai.prompt": secrets.token_hex(10_000)}})  # incompressible
+            ids.add((trace_id, span_id))
+    return json.dumps({"spans": spans}).encode(), ids
+
+
+def test_full_disk_refuses_ingest_with_503_retry_after_and_recovers(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from tests.test_ingest_faults import Server
+    from tests.test_serve import PRODUCTION_VARIABLES, ROOT, _free_port
+
+    data_dir = tmp_path / "var"
+    spool = data_dir / "spool"
+    spool.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(spool)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
+    outage = tmp_path / "outage"
+    server = None
+    try:
+        server = Server(data_dir, outage, _free_port())
+        env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
+        env["TRACEDASH_DATA_DIR"] = str(data_dir)
+        key = subprocess.run([sys.executable, "manage.py", "create_project", "diskfull"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+
+        def post(body: bytes):
+            request = urllib.request.Request(server.base + "/api/v1/traces", data=body, headers={
+                "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    return response.status, {k.lower(): v for k, v in response.headers.items()}, json.load(response)
+            except urllib.error.HTTPError as exc:
+                return exc.code, {k.lower(): v for k, v in exc.headers.items()}, json.load(exc)
+
+        outage.touch()  # ClickHouse away: every acknowledgement comes from the spool, which fills the disk
+        acknowledged: set[tuple[str, str]] = set()
+        refused = None
+        for _ in range(60):
+            body, ids = _big_batch()
+            status, headers, answer = post(body)
+            if status in (200, 202):
+                assert answer["accepted"] == len(ids)
+                acknowledged |= ids
+                continue
+            assert status == 503, (status, answer)
+            assert headers.get("retry-after"), headers
+            assert answer["error"]["code"] in ("spool_full", "store_unavailable"), answer
+            refused = answer
+            break
+        assert refused is not None, "2 MiB of spool never filled up"
+        assert acknowledged, "nothing was spooled before the disk filled"
+        status, _, _ = post(_big_batch()[0])  # still full: still a clear 503, never a 500
+        assert status == 503
+
+        outage.unlink()  # ClickHouse returns: the spool drains, the space returns, ingestion works again
+        wait_until(lambda: server.health()["checks"]["ingest"]["spooled_segments"] == 0, timeout=60,
+                   message="spool replayed")
+        body, ids = _big_batch()
+        status, _, answer = post(body)
+        assert status in (200, 202), (status, answer)
+        acknowledged |= ids
+        wait_until(lambda: server.health()["checks"]["ingest"]["queued_rows"] == 0, timeout=60, message="queue empty")
+    finally:
+        if server is not None:
+            server.proc.send_signal(signal.SIGINT)
+            server.proc.wait(60)
+        subprocess.run(["umount", "-l", str(spool)], capture_output=True)
+
+    count = subprocess.run([sys.executable, "-c", (
+        "import django, json; django.setup(); from store import get_store; s = get_store();"
+        "ids = s.query('SELECT trace_id, span_id FROM spans FINAL', tag='tests.outages').rows;"
+        "raw = s.query('SELECT count() FROM spans', tag='tests.outages').scalar();"
+        "print(json.dumps({'ids': ids, 'raw': raw}))")], cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"}, capture_output=True, text=True, check=True)
+    stored = json.loads(count.stdout.strip().splitlines()[-1])
+    assert {tuple(pair) for pair in stored["ids"]} == acknowledged  # nothing acknowledged lost, nothing refused stored
+    assert stored["raw"] == len(acknowledged)  # exactly once
