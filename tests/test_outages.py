@@ -4,7 +4,10 @@ recovers by itself when the dependency returns, losing nothing acknowledged.
 
 ClickHouse is made unavailable the way ``tests/support/serve_with_outages.py`` does it: every
 store call raises ``StoreUnavailable`` while the outage is on (the writer's threads included,
-since they run in this process)."""
+since they run in this process). The other outages run a real ``manage.py serve`` process
+(``tests.test_ingest_faults.Server``): the SQLite metadata file is replaced by a directory (no
+connection can open it), a ``redis-server`` started here is SIGKILLed, and the spool directory is
+a 2 MiB tmpfs (skipped where mounting is impossible)."""
 
 from __future__ import annotations
 
