@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from asgiref.sync import async_to_sync
@@ -10,6 +11,10 @@ from channels.layers import get_channel_layer
 from config.live import group_send
 
 from .writer import Outcome, get_writer
+
+# Live events are best-effort: a Redis that accepts connections but answers nothing (frozen,
+# overloaded) must not hold up the acknowledgement of data that is already stored.
+LIVE_SEND_TIMEOUT_SECONDS = 0.5
 
 log = logging.getLogger("tracedash.ingest")
 
@@ -45,7 +50,8 @@ async def traces_notify_async(*, project_id: int, rows: list[dict]) -> None:
     try:
         layer = get_channel_layer()
         if layer is not None:
-            await layer.group_send(traces_group(project_id), _event(rows))
+            await asyncio.wait_for(layer.group_send(traces_group(project_id), _event(rows)),
+                                   LIVE_SEND_TIMEOUT_SECONDS)
     except Exception:  # noqa: BLE001 - logged, never swallowed silently
         log.exception("live update for project %s failed", project_id)
 
@@ -58,7 +64,8 @@ async def resources_notify_async(*, project_id: int, rows: list[dict]) -> None:
     try:
         layer = get_channel_layer()
         if layer is not None:
-            await layer.group_send(traces_group(project_id), _resources_event(rows))
+            await asyncio.wait_for(layer.group_send(traces_group(project_id), _resources_event(rows)),
+                                   LIVE_SEND_TIMEOUT_SECONDS)
     except Exception:  # noqa: BLE001 - logged, never swallowed silently
         log.exception("live resources update for project %s failed", project_id)
 

@@ -312,7 +312,9 @@ def test_redis_outage_keeps_ingest_and_pages_working_and_healthz_reports_it(tmp_
         started = time.monotonic()
         status, _, body = _post_spans(server.base, key)  # live events are best-effort: still acknowledged
         assert status in (200, 202) and json.loads(body)["accepted"] == 15, (status, body[:300])
-        assert time.monotonic() - started < 20  # generous: it does not wait for Redis indefinitely
+        # It does not wait on Redis (ingest.services.LIVE_SEND_TIMEOUT_SECONDS; a frozen Redis held
+        # each request ~5 s before); generous for a shared machine.
+        assert time.monotonic() - started < 3
         during = {page: _get(opener, server.base + page)[0] for page in pages}
         assert during == before, (before, during)  # pages render as they did with Redis up
 
