@@ -427,3 +427,28 @@ def test_full_disk_refuses_ingest_with_503_retry_after_and_recovers(tmp_path):
     stored = json.loads(count.stdout.strip().splitlines()[-1])
     assert {tuple(pair) for pair in stored["ids"]} == acknowledged  # nothing acknowledged lost, nothing refused stored
     assert stored["raw"] == len(acknowledged)  # exactly once
+
+
+def test_server_error_handler_answers_503_only_for_database_errors(rf):
+    from django.db import OperationalError
+
+    from config.errors import server_error
+
+    def answer(path: str, exc: Exception, **headers):
+        try:
+            raise exc
+        except Exception:  # noqa: BLE001 - handler500 runs inside the exception, as Django calls it
+            return server_error(rf.get(path, **headers))
+
+    page = answer("/traces/", OperationalError("unable to open database file"))
+    assert page.status_code == 503 and page["Retry-After"] and page["Content-Type"].startswith("text/html")
+    assert b"metadata database is unavailable" in page.content
+    api = answer("/api/v1/traces", OperationalError("connection refused"))
+    assert api.status_code == 503 and api["Content-Type"].startswith("application/json")
+    assert json.loads(api.content)["error"]["code"] == "database_unavailable"
+    assert answer("/overview.json", OperationalError("x")).status_code == 503
+    # Anything else is still a bug: a 500, with no detail of the exception in the body.
+    other = answer("/traces/", ValueError("secret detail"))
+    assert other.status_code == 500 and b"secret detail" not in other.content
+    other_json = answer("/overview.json", KeyError("secret detail"))
+    assert other_json.status_code == 500 and json.loads(other_json.content)["error"]["code"] == "server_error"
