@@ -168,6 +168,11 @@ def healthz(request):
     try:
         store.ping()
         checks["clickhouse"] = {"ok": True, "backend": store.kind}
+        # How many parts the spans table holds: a number that keeps climbing means merges lag
+        # behind inserts (bench/soak.py prints it every minute).
+        checks["clickhouse"]["active_parts"] = int(store.query(
+            "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = 'spans' AND active",
+            tag="healthz.parts").scalar() or 0)
     except StoreError as exc:
         checks["clickhouse"] = {"ok": False, "backend": store.kind, "error": str(exc)[:500]}
     try:

@@ -20,6 +20,8 @@ def test_healthz_reports_web_clickhouse_and_database(client):
         expected.add("redis")  # production mode on Redis (the CI's second run): checked too
     assert set(body["checks"]) == expected
     assert all(check["ok"] for check in body["checks"].values())
+    parts = body["checks"]["clickhouse"]["active_parts"]
+    assert isinstance(parts, int) and parts >= 0
 
 
 def test_healthz_fails_when_clickhouse_is_down(client):
