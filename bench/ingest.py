@@ -650,7 +650,8 @@ def report(results: list[dict], raw: dict, check: dict, info: dict, settings: di
         rows.append([r["scenario"], f"{r['spans_per_s']:,.0f}", f"{r['req_per_s']:,.1f}", f"{r['p50_ms'] or 0:,.1f}",
                      f"{r['p99_ms'] or 0:,.1f}", str(r["errors"]), ratio])
     lines = ["", f"tracedash ingest benchmark — {settings['duration']:g} s per scenario, {settings['concurrency']} "
-             f"keep-alive connections, embedded chdb (server: `manage.py serve`, rate limit off)", "",
+             f"keep-alive connections, embedded chdb (server: `manage.py serve`, rate limit off, "
+             f"{'in-process beat on: summaries, rollups, alerts' if settings.get('beat', True) else 'no in-process beat: the ingestion path alone'})", "",
              table(["scenario", "spans/s ack'd", "req/s", "p50 ms", "p99 ms", "errors", "ratio to raw"], rows), ""]
     detail = [[r["scenario"], f"{r['body_bytes'] / 1024:,.0f} KiB", f"{r['mb_per_s']:,.1f}", f"{r['server_cpu_percent']:.0f} %",
                f"{r['client_cpu_percent']:.0f} %", f"{r['server_cpu_ms_per_1000_spans'] or 0:,.0f}",
@@ -694,6 +695,9 @@ def parse_args(argv=None):
     parser.add_argument("--scenarios", default="json-100,json-1000,otlp-100,otlp-1000",
                         help="comma-separated subset of the scenarios to run (default: all four)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--no-beat", action="store_true",
+                        help="server without its in-process periodic tasks (TRACEDASH_EMBEDDED_BEAT=0): the ingestion "
+                             "path alone, as a production web process runs it (summaries and rollups in the worker)")
     args = parser.parse_args(argv)
     args.scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
     unknown = set(args.scenarios) - {"json-100", "json-1000", "otlp-100", "otlp-1000"}
@@ -723,7 +727,10 @@ def main(argv=None) -> int:
         f"{time.perf_counter() - started:.1f} s; bodies: "
         + ", ".join(f"{s.name} {sum(map(len, s.templates)) / len(s.templates) / 1024:,.0f} KiB" for s in scenarios))
 
-    server = Server(work / "server", env={"TRACEDASH_INGEST_RATE_LIMIT": "0", "TRACEDASH_BEAT_SAMPLE_SECONDS": "3600"})
+    env = {"TRACEDASH_INGEST_RATE_LIMIT": "0", "TRACEDASH_BEAT_SAMPLE_SECONDS": "3600"}
+    if args.no_beat:
+        env["TRACEDASH_EMBEDDED_BEAT"] = "0"
+    server = Server(work / "server", env=env)
     results: list[dict] = []
     check: dict = {}
     ok = False
@@ -762,7 +769,8 @@ def main(argv=None) -> int:
         raw = measure_raw(scenarios, work, request_numbers, seconds=raw_seconds)
     finally:
         info = machine()
-        settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick}
+        settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick,
+                    "beat": not args.no_beat}
         print(report(results, raw, check, info, settings), flush=True)
         if args.json:
             payload = {"settings": settings, "machine": info, "scenarios": results, "raw": raw, "check": check}

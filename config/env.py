@@ -96,6 +96,7 @@ class Env:
     https: bool = False
     hsts_seconds: int = 31_536_000
     proxy_ssl_header: str | None = None
+    beat_in_process: bool = True
 
     @property
     def embedded_store(self) -> bool:
@@ -103,7 +104,7 @@ class Env:
 
     @property
     def embedded_beat(self) -> bool:
-        return self.broker_url is None
+        return self.broker_url is None and self.beat_in_process
 
 
 def _get(environ, name: str) -> str | None:
@@ -355,6 +356,7 @@ def load(environ=None) -> Env:
         ingest_rate_limit=_positive_int(environ, "TRACEDASH_INGEST_RATE_LIMIT", 200_000, minimum=0),
         ingest_spool_max_bytes=_positive_int(environ, "TRACEDASH_INGEST_SPOOL_MAX_MB", 1024, maximum=10**7) * 1024 * 1024,
         demo=_flag(environ, "TRACEDASH_DEMO", "1"),
+        beat_in_process=_flag(environ, "TRACEDASH_EMBEDDED_BEAT", "1"),
         host=host,
         port=_positive_int(environ, "PORT", 8000, maximum=65535),
         alerts_evaluate_seconds=float(_positive_int(environ, "TRACEDASH_ALERTS_EVALUATE_SECONDS", 5, maximum=3600)),

@@ -256,6 +256,15 @@ def decode_envelope(body: bytes, envelope, *, name: str) -> list:
 def parse_span(raw, *, project_id: int, limits: Limits) -> dict:
     """One native JSON span (raw JSON bytes) -> a row of ``store.schema.SPANS`` (raises FieldError)."""
     span = _decode_item(_span_decoder, raw, kind="span")
+    resource, resource_field = ((span.resource_attributes, "resource_attributes") if span.resource_attributes is not None
+                                else (span.resource, "resource"))
+    return _span_row(span, project_id, limits, flatten_attributes(span.attributes, "attributes", limits),
+                     flatten_attributes(resource, resource_field, limits))
+
+
+def _span_row(span, project_id: int, limits: Limits, attributes: dict, resource: dict) -> dict:
+    """The checks msgspec cannot express, then the store row (``span`` is a decoded SpanIn or
+    FastSpanIn; the attribute maps are already flat)."""
     parent = span.parent_span_id or ""
     if parent:
         if not _HEX16.match(parent) or parent == "0" * 16:
@@ -293,8 +302,6 @@ def parse_span(raw, *, project_id: int, limits: Limits) -> dict:
             event_times.append(parse_time_ns(event.time, f"events[{i}].time"))
             event_names.append(event.name)
             event_attributes.append(flatten_attributes(event.attributes, f"events[{i}].attributes", limits))
-    resource, resource_field = ((span.resource_attributes, "resource_attributes") if span.resource_attributes is not None
-                                else (span.resource, "resource"))
     return {
         "project_id": project_id,
         "trace_id": span.trace_id,
@@ -312,12 +319,111 @@ def parse_span(raw, *, project_id: int, limits: Limits) -> dict:
         "input_tokens": span.input_tokens or 0,
         "output_tokens": span.output_tokens or 0,
         "cost_usd": None if span.cost_usd is None else float(span.cost_usd),
-        "attributes": flatten_attributes(span.attributes, "attributes", limits),
-        "resource_attributes": flatten_attributes(resource, resource_field, limits),
+        "attributes": attributes,
+        "resource_attributes": resource,
         "event_times": event_times,
         "event_names": event_names,
         "event_attributes": event_attributes,
     }
+
+
+# --- the fast path: a whole valid batch in one decode ------------------------------------------
+# Most batches are entirely valid and their attribute maps flat. For them, one msgspec decode of
+# the whole body into typed structs replaces a decode per item, and the attribute bounds are
+# checked in C: keys and values are limited in characters to a quarter of the byte limits (a
+# character is at most 4 UTF-8 bytes, so nothing over the byte limit passes), the map to the
+# attribute count. Anything the fast types refuse (a nested map, a list value, a long value that
+# might still fit the byte limit, any invalid span) sends the batch through the per-item path,
+# which names the item and field at fault. Both paths produce identical rows.
+Scalar = str | int | float | bool | None
+
+
+def _fast_decoder(limits: Limits):
+    key = Annotated[str, msgspec.Meta(max_length=limits.max_key_bytes // 4)]
+    value = Annotated[str, msgspec.Meta(max_length=limits.max_value_bytes // 4)] | int | float | bool | None
+    flat = Annotated[dict[key, value], msgspec.Meta(max_length=limits.max_attributes)] | None
+
+    # Built with defstruct: the limits are settings, and this module's annotations are strings.
+    fast_span = msgspec.defstruct("FastSpanIn", [("attributes", flat, None), ("resource_attributes", flat, None),
+                                                 ("resource", flat, None)], bases=(SpanIn,), gc=False)
+    fast_batch = msgspec.defstruct("FastBatchIn", [("spans", list[fast_span])], gc=False)
+    return msgspec.json.Decoder(fast_batch)
+
+
+_fast_decoders: dict[Limits, msgspec.json.Decoder] = {}
+
+
+def _scalar_text(value) -> str:
+    """A JSON scalar as flatten_attributes writes it."""
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if kind is float:
+        return repr(value)
+    return ""  # None
+
+
+def _flat_texts(mapping: dict | None) -> dict:
+    if not mapping:
+        return {}
+    for value in mapping.values():
+        if type(value) is not str:
+            return {k: _scalar_text(v) for k, v in mapping.items()}
+    return mapping
+
+
+def parse_spans(body: bytes, *, project_id: int, limits: Limits, max_items: int | None = None) -> tuple[list, list]:
+    """A native JSON batch -> (rows, rejected), rejected as ``{"index", "field", "message"}``.
+
+    Raises EnvelopeError when the body is not a batch at all, and ``TooManyItems`` when it holds
+    more than ``max_items`` spans (checked before any span is validated)."""
+    decoder = _fast_decoders.get(limits)
+    if decoder is None:
+        decoder = _fast_decoders[limits] = _fast_decoder(limits)
+    try:
+        spans = decoder.decode(body).spans
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        spans = None
+    if spans is None:
+        items = decode_envelope(body, BatchIn, name="spans")
+        _check_count(len(items), max_items)
+        parse = lambda raw: parse_span(raw, project_id=project_id, limits=limits)  # noqa: E731
+    else:
+        _check_count(len(spans), max_items)
+
+        def parse(span):
+            resource = span.resource_attributes if span.resource_attributes is not None else span.resource
+            return _span_row(span, project_id, limits, _flat_texts(span.attributes), _flat_texts(resource))
+
+        items = spans
+    return parse_each(items, parse)
+
+
+def parse_each(items, parse) -> tuple[list, list]:
+    """``parse`` applied to each item: (rows, rejected), a rejection naming the item's index."""
+    rows, rejected = [], []
+    for index, item in enumerate(items):
+        try:
+            rows.append(parse(item))
+        except FieldError as exc:
+            rejected.append({"index": index, "field": exc.field, "message": exc.message})
+    return rows, rejected
+
+
+class TooManyItems(Exception):
+    def __init__(self, count: int, maximum: int):
+        self.count = count
+        self.maximum = maximum
+        super().__init__(f"{count} items, at most {maximum}")
+
+
+def _check_count(count: int, maximum: int | None) -> None:
+    if maximum is not None and count > maximum:
+        raise TooManyItems(count, maximum)
 
 
 def parse_resource_sample(raw, *, project_id: int) -> dict:

@@ -19,8 +19,8 @@ from . import otlp
 from .auth import authenticate_request
 from .http import ApiError, read_body
 from .ratelimit import limiter, retry_after_header
-from .schemas import (BatchIn, EnvelopeError, FieldError, Limits, SamplesIn, decode_envelope, parse_resource_sample,
-                      parse_span)
+from .schemas import (EnvelopeError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each,
+                      parse_resource_sample, parse_spans)
 from .services import resources_notify_async, traces_notify_async
 from .spool import SpoolFull
 from .writer import Overloaded, get_writer
@@ -57,10 +57,14 @@ async def _begin(request, content_types: tuple[str, ...]):
     return key, content_type, body
 
 
+def _too_many(count: int, noun: str) -> ApiError:
+    return ApiError(413, "too_many_items", f"at most {settings.TRACEDASH_INGEST_MAX_SPANS} {noun} per request, got {count}")
+
+
 def _admit(key, count: int, noun: str) -> None:
     """Count and rate limits for a batch of ``count`` items."""
     if count > settings.TRACEDASH_INGEST_MAX_SPANS:
-        raise ApiError(413, "too_many_items", f"at most {settings.TRACEDASH_INGEST_MAX_SPANS} {noun} per request, got {count}")
+        raise _too_many(count, noun)
     bucket = limiter()
     if bucket is not None:
         wait = bucket.take(key.pk, max(count, 1))
@@ -88,41 +92,33 @@ async def _write(table: str, rows: list) -> None:
                        headers={"Retry-After": "5"}) from exc
 
 
-def _parse_all(items, parse) -> tuple[list, list]:
-    rows, rejected = [], []
-    for index, item in enumerate(items):
-        try:
-            rows.append(parse(item))
-        except FieldError as exc:
-            rejected.append({"index": index, "field": exc.field, "message": exc.message})
-    return rows, rejected
+def _envelope_error(exc: EnvelopeError, name: str) -> ApiError:
+    return ApiError(400, exc.code, exc.message,
+                    details=[{"field": name, "message": "missing or not a list"}] if exc.code == "invalid_payload" else [])
 
 
-async def _native(request, *, envelope, name: str, table: str, parse) -> JsonResponse:
-    key, _, body = await _begin(request, (JSON,))
-    try:
-        items = decode_envelope(body, envelope, name=name)
-    except EnvelopeError as exc:
-        raise ApiError(400, exc.code, exc.message,
-                       details=[{"field": name, "message": "missing or not a list"}] if exc.code == "invalid_payload" else []) from None
-    _admit(key, len(items), name)
-    rows, rejected = _parse_all(items, lambda item: parse(item, key.project_id))
+def _all_rejected(rows: list, rejected: list, name: str) -> None:
     if rejected and not rows:
         raise ApiError(400, f"invalid_{name}", f"all {len(rejected)} {name} were rejected", details=rejected)
-    await _write(table, rows)
-    if table == "spans":
-        await traces_notify_async(project_id=key.project_id, rows=rows)
-    else:
-        await resources_notify_async(project_id=key.project_id, rows=rows)
-    return JsonResponse({"accepted": len(rows), "rejected": rejected})
 
 
 @csrf_exempt
 async def traces_ingest(request):
-    limits = _limits()
     try:
-        return await _native(request, envelope=BatchIn, name="spans", table="spans",
-                             parse=lambda raw, project_id: parse_span(raw, project_id=project_id, limits=limits))
+        key, _, body = await _begin(request, (JSON,))
+        try:
+            rows, rejected = parse_spans(body, project_id=key.project_id, limits=_limits(),
+                                         max_items=settings.TRACEDASH_INGEST_MAX_SPANS)
+        except EnvelopeError as exc:
+            raise _envelope_error(exc, "spans") from None
+        except TooManyItems as exc:
+            raise _too_many(exc.count, "spans") from None
+        # The rate limit counts every span sent, valid or not, as the per-item path always did.
+        _admit(key, len(rows) + len(rejected), "spans")
+        _all_rejected(rows, rejected, "spans")
+        await _write("spans", rows)
+        await traces_notify_async(project_id=key.project_id, rows=rows)
+        return JsonResponse({"accepted": len(rows), "rejected": rejected})
     except ApiError as exc:
         return exc.response()
 
@@ -130,8 +126,17 @@ async def traces_ingest(request):
 @csrf_exempt
 async def resources_ingest(request):
     try:
-        return await _native(request, envelope=SamplesIn, name="samples", table="resource_samples",
-                             parse=lambda raw, project_id: parse_resource_sample(raw, project_id=project_id))
+        key, _, body = await _begin(request, (JSON,))
+        try:
+            items = decode_envelope(body, SamplesIn, name="samples")
+        except EnvelopeError as exc:
+            raise _envelope_error(exc, "samples") from None
+        _admit(key, len(items), "samples")
+        rows, rejected = parse_each(items, lambda item: parse_resource_sample(item, project_id=key.project_id))
+        _all_rejected(rows, rejected, "samples")
+        await _write("resource_samples", rows)
+        await resources_notify_async(project_id=key.project_id, rows=rows)
+        return JsonResponse({"accepted": len(rows), "rejected": rejected})
     except ApiError as exc:
         return exc.response()
 
@@ -157,7 +162,7 @@ async def otlp_traces(request):
     try:
         key, content_type, spans = await _otlp_begin(request, otlp.decode_traces, "spans")
         limits = _limits()
-        rows, rejected = _parse_all(spans, lambda span: otlp.span_row(span, project_id=key.project_id, limits=limits))
+        rows, rejected = parse_each(spans, lambda span: otlp.span_row(span, project_id=key.project_id, limits=limits))
         await _write("spans", rows)
         await traces_notify_async(project_id=key.project_id, rows=rows)
         return _otlp_response(content_type, otlp.trace_response(rejected))
