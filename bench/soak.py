@@ -38,11 +38,13 @@ Pass/fail at the end (exit 1 on any FAIL):
 (b) **memory flat**: the least-squares slope of the server's RSS, read from /proc every second, over
     the last 5 minutes is below ``--max-rss-slope`` MiB/min (default 5). Why 5: the RSS swings by
     ±50 MiB within seconds (insert buffers, Arrow batches, query results come and go), which leaves
-    a 5-minute slope an uncertainty of 1–3 MiB/min (the standard error is printed), so a bar of
-    5 MiB/min is about two of those: a flat server passes, while a steady leak of 5 MiB/min (25 MiB
-    in the window) fails. At 10,000 spans/s that is any leak of ≥ 9 bytes per span, ≥ 20 KiB per
-    page request, or ≥ 9 KiB per resource row. It cannot see a slower leak (5 MiB/min is still
-    7 GiB a day); a longer soak can, with the same figure.
+    a 5-minute slope a standard error of about 2.5 MiB/min (printed; widened for the samples'
+    autocorrelation), so a bar of 5 MiB/min is about two of those: a flat server passes (it fails
+    on noise alone a few times in a hundred), while a steady leak of 5 MiB/min (25 MiB in the
+    window) fails as often as not and a faster one almost always. 5 MiB/min is a leak of 9 bytes
+    per span at 10,000 spans/s, of 30 KiB per page request (~170 a minute) or of 9 KiB per resource
+    row (600 a minute). It cannot see a slower leak (5 MiB/min is still 7 GiB a day); a longer soak
+    can, with the same figure.
 (c) **latency steady**: page p99 over the last 5 minutes ≤ ``--max-p99-factor`` (default 1.5) × page
     p99 over the first 5 minutes after a 1-minute warm-up (on a 10-minute run the two windows share
     minute 6). The spans table grows by millions of rows in between, so a page whose cost grows
@@ -355,7 +357,9 @@ class Gpus:
 
 # --- figures ------------------------------------------------------------------------------------
 def slope_per_minute(points: list[tuple[float, float]]) -> tuple[float | None, float | None]:
-    """Least-squares slope of (seconds, value) in value per minute, and its standard error."""
+    """Least-squares slope of (seconds, value) in value per minute, and its standard error. The
+    samples a second apart are not independent (a buffer lives a few seconds), so the error is
+    widened by the residuals' lag-1 autocorrelation r (AR(1): × sqrt((1 + r) / (1 − r)))."""
     n = len(points)
     if n < 3:
         return None, None
@@ -365,8 +369,11 @@ def slope_per_minute(points: list[tuple[float, float]]) -> tuple[float | None, f
     if sxx == 0:
         return None, None
     slope = sum((t - mean_t) * (v - mean_v) for t, v in points) / sxx
-    residual = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in points)
-    error = math.sqrt(residual / (n - 2) / sxx)
+    residuals = [v - mean_v - slope * (t - mean_t) for t, v in points]
+    squares = sum(e * e for e in residuals)
+    r = sum(a * b for a, b in zip(residuals, residuals[1:])) / squares if squares else 0.0
+    r = min(max(r, 0.0), 0.95)
+    error = math.sqrt(squares / (n - 2) / sxx) * math.sqrt((1 + r) / (1 - r))
     return slope * 60, error * 60
 
 
@@ -462,7 +469,7 @@ def verdict(result: dict, args) -> list[dict]:
         add("(b) memory flat", memory["slope_mib_per_min"] < args.max_rss_slope,
             f"server RSS slope over minutes {memory['from_minute']:g}–{memory['to_minute']:g}: "
             f"{memory['slope_mib_per_min']:+.2f} ± {memory['slope_error']:.2f} MiB/min (least squares over "
-            f"{memory['samples']} samples, ± one standard error; bar < {args.max_rss_slope:g}); "
+            f"{memory['samples']} samples, ± one standard error, autocorrelation-corrected; bar < {args.max_rss_slope:g}); "
             f"RSS {memory['rss_first_mib']:,.0f} → {memory['rss_last_mib']:,.0f} MiB over the window, "
             f"max {memory['rss_max_mib']:,.0f} MiB over the run")
     lat = result["latency"]
