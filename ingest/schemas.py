@@ -329,19 +329,18 @@ def _span_row(span, project_id: int, limits: Limits, attributes: dict, resource:
 
 # --- the fast path: a whole valid batch in one decode ------------------------------------------
 # Most batches are entirely valid and their attribute maps flat. For them, one msgspec decode of
-# the whole body into typed structs replaces a decode per item, and the attribute bounds are
-# checked in C: keys and values are limited in characters to a quarter of the byte limits (a
-# character is at most 4 UTF-8 bytes, so nothing over the byte limit passes), the map to the
-# attribute count. Anything the fast types refuse (a nested map, a list value, a long value that
-# might still fit the byte limit, any invalid span) sends the batch through the per-item path,
-# which names the item and field at fault. Both paths produce identical rows.
-Scalar = str | int | float | bool | None
+# the whole body into typed structs replaces a decode per item; types and the attribute count are
+# checked in C, key and value lengths in Python (len() of a str is free, where msgspec would count
+# the characters of every prompt): at most a quarter of the byte limits, as a character is at most
+# 4 UTF-8 bytes. Anything the fast path refuses (a nested map, a list value, a long value that
+# might still fit the byte limit, any span msgspec rejects) sends the batch through the per-item
+# path, which names the item and field at fault. Both paths produce identical rows.
 
 
 def _fast_decoder(limits: Limits):
-    key = Annotated[str, msgspec.Meta(max_length=limits.max_key_bytes // 4)]
-    value = Annotated[str, msgspec.Meta(max_length=limits.max_value_bytes // 4)] | int | float | bool | None
-    flat = Annotated[dict[key, value], msgspec.Meta(max_length=limits.max_attributes)] | None
+    # String lengths are checked in Python (``_flat_texts``: len() of a str is free), not by
+    # msgspec, which counts the characters of every value (a scan of each prompt).
+    flat = Annotated[dict[str, str | int | float | bool | None], msgspec.Meta(max_length=limits.max_attributes)] | None
 
     # Built with defstruct: the limits are settings, and this module's annotations are strings.
     fast_span = msgspec.defstruct("FastSpanIn", [("attributes", flat, None), ("resource_attributes", flat, None),
@@ -367,9 +366,16 @@ def _scalar_text(value) -> str:
     return ""  # None
 
 
-def _flat_texts(mapping: dict | None) -> dict:
+class _NotFast(Exception):
+    """The batch needs the per-item path (a key or value the fast bounds cannot accept)."""
+
+
+def _flat_texts(mapping: dict | None, max_key: int, max_value: int) -> dict:
     if not mapping:
         return {}
+    for key, value in mapping.items():
+        if len(key) > max_key or (type(value) is str and len(value) > max_value):
+            raise _NotFast
     for value in mapping.values():
         if type(value) is not str:
             return {k: _scalar_text(v) for k, v in mapping.items()}
@@ -388,19 +394,22 @@ def parse_spans(body: bytes, *, project_id: int, limits: Limits, max_items: int 
         spans = decoder.decode(body).spans
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         spans = None
-    if spans is None:
-        items = decode_envelope(body, BatchIn, name="spans")
-        _check_count(len(items), max_items)
-        parse = lambda raw: parse_span(raw, project_id=project_id, limits=limits)  # noqa: E731
-    else:
+    if spans is not None:
         _check_count(len(spans), max_items)
+        max_key, max_value = limits.max_key_bytes // 4, limits.max_value_bytes // 4
 
         def parse(span):
             resource = span.resource_attributes if span.resource_attributes is not None else span.resource
-            return _span_row(span, project_id, limits, _flat_texts(span.attributes), _flat_texts(resource))
+            return _span_row(span, project_id, limits, _flat_texts(span.attributes, max_key, max_value),
+                             _flat_texts(resource, max_key, max_value))
 
-        items = spans
-    return parse_each(items, parse)
+        try:
+            return parse_each(spans, parse)
+        except _NotFast:
+            pass
+    items = decode_envelope(body, BatchIn, name="spans")
+    _check_count(len(items), max_items)
+    return parse_each(items, lambda raw: parse_span(raw, project_id=project_id, limits=limits))
 
 
 def parse_each(items, parse) -> tuple[list, list]:
