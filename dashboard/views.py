@@ -188,8 +188,8 @@ def healthz(request):
     from ingest.writer import get_writer
 
     writer = get_writer().health()
-    # Spooled data is safe, but a full spool means ingestion answers 503.
-    writer["ok"] = writer["spool_bytes"] < writer["spool_limit_bytes"]
+    # Spooled data is safe, but a full spool (or a full disk under it) means ingestion answers 503.
+    writer["ok"] = writer["spool_bytes"] < writer["spool_limit_bytes"] and not writer["spool_disk_full"]
     checks["ingest"] = writer
     ok = all(check["ok"] for check in checks.values())
     return JsonResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503)

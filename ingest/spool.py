@@ -10,6 +10,7 @@ directory fsync'd, so after a crash a segment is either whole or absent. The tok
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -22,7 +23,11 @@ MAX_SLOTS = 64
 
 
 class SpoolFull(Exception):
-    """The spool reached its size limit: the API answers 503 until it drains."""
+    """The spool reached its size limit, or the disk under it is full: the API answers 503 until
+    it drains."""
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ class Spool:
         existing = list(self.directory.glob("*.seg"))
         self._bytes = sum(p.stat().st_size for p in existing)
         self._count = len(existing)
+        self.disk_full = False  # the last write failed for want of space (cleared by the next success)
 
     # --- claiming a slot ---------------------------------------------------------------------
     @classmethod
@@ -97,17 +103,25 @@ class Spool:
             self._next += 1
             final = self.directory / f"{sequence:016d}.seg"
             temporary = final.with_suffix(".tmp")
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(temporary, final)
-            _fsync_dir(self.directory)
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        written = os.write(fd, view)
+                        view = view[written:]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(temporary, final)
+                _fsync_dir(self.directory)
+            except OSError as exc:
+                temporary.unlink(missing_ok=True)
+                if exc.errno in _DISK_FULL:
+                    self.disk_full = True
+                    raise SpoolFull(f"the disk under the ingest spool ({self.directory}) is full: {exc.strerror}") from exc
+                raise
+            self.disk_full = False
             self._bytes += len(data)
             self._count += 1
         return final
@@ -126,7 +140,7 @@ class Spool:
             _fsync_dir(self.directory)
             self._bytes -= size
             self._count -= 1
-
+            self.disk_full = False  # space was freed: the next write may succeed
 
     def quarantine(self, path: Path) -> Path:
         """Move a segment out of the replay order (kept on disk for an operator)."""

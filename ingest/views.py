@@ -84,7 +84,8 @@ async def _write(table: str, rows: list) -> None:
         raise ApiError(503, "overloaded", f"the server is busy ({exc}); retry later", headers={"Retry-After": "1"}) from exc
     except SpoolFull as exc:
         log.error("ingest refused: %s", exc)
-        raise ApiError(503, "spool_full", "the trace store is unavailable and the local spool is full; retry later",
+        where = "the disk under the local spool is full" if get_writer().spool.disk_full else "the local spool is full"
+        raise ApiError(503, "spool_full", f"the trace store is unavailable and {where}; retry later",
                        headers={"Retry-After": "30"}) from exc
     except Exception as exc:  # noqa: BLE001 - StoreError, a full disk, anything: never a 500
         log.exception("ingest write failed")

@@ -209,7 +209,7 @@ class IngestWriter:
         with self._cond:
             queued = self._queued_rows
         return {"queued_rows": queued, "spooled_segments": self.spool.pending(), "spool_bytes": self.spool.size_bytes,
-                "spool_limit_bytes": self.spool.max_bytes, **self.stats}
+                "spool_limit_bytes": self.spool.max_bytes, "spool_disk_full": self.spool.disk_full, **self.stats}
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish what is queued, then stop both threads."""

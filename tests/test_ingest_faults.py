@@ -24,19 +24,39 @@ from tests.test_serve import PRODUCTION_VARIABLES, ROOT, _free_port
 
 
 
-def batch(n_traces: int = 20) -> tuple[bytes, set[tuple[str, str]]]:
+def batch(n_traces: int = 20, *, spans_per_trace: int = 5, name: str = "step",
+          prompt: str | None = "hello " * 200) -> tuple[bytes, set[tuple[str, str]]]:
+    """A native batch of ``n_traces`` fresh traces (a root and its children, one per phase) and
+    their (trace_id, span_id) pairs."""
     now = time.time_ns()
+    phases = ["other", "network", "preprocess", "inference", "postprocess"]
     spans, ids = [], set()
     for _ in range(n_traces):
         trace_id, root = secrets.token_hex(16), secrets.token_hex(8)
-        for i in range(5):
+        for i in range(spans_per_trace):
             span_id = root if i == 0 else secrets.token_hex(8)
-            spans.append({"trace_id": trace_id, "span_id": span_id, "parent_span_id": None if i == 0 else root,
-                          "name": f"step-{i}", "phase": ["other", "network", "preprocess", "inference", "postprocess"][i],
-                          "start_time": now - 10**9, "duration_ms": 10.0 + i,
-                          "attributes": {"gen_ai.prompt": "hello " * 200}})
+            span = {"trace_id": trace_id, "span_id": span_id, "parent_span_id": None if i == 0 else root,
+                    "name": f"{name}-{i}", "phase": phases[i % len(phases)], "start_time": now - 10**9,
+                    "duration_ms": 10.0 + i}
+            if prompt is not None:
+                span["attributes"] = {"gen_ai.prompt": prompt}
+            spans.append(span)
             ids.add((trace_id, span_id))
     return json.dumps({"spans": spans}).encode(), ids
+
+
+def stored_spans(env: dict, tag: str = "tests.faults") -> tuple[list[tuple[str, str]], int]:
+    """(trace_id, span_id) of every span in ``spans FINAL`` and the raw row count, read by a
+    separate process from the data dir of ``env`` (chdb: one process per data path, so only once
+    the server has stopped)."""
+    count = subprocess.run([sys.executable, "-c", (
+        "import django, json; django.setup(); from store import get_store; s = get_store();"
+        f"ids = s.query('SELECT trace_id, span_id FROM spans FINAL', tag={tag!r}).rows;"
+        f"raw = s.query('SELECT count() FROM spans', tag={tag!r}).scalar();"
+        "print(json.dumps({'ids': ids, 'raw': raw}))")], cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
+        capture_output=True, text=True, check=True)
+    stored = json.loads(count.stdout.strip().splitlines()[-1])
+    return [tuple(pair) for pair in stored["ids"]], stored["raw"]
 
 
 class Server:
@@ -134,15 +154,9 @@ def test_outage_and_kill_lose_nothing_acknowledged(tmp_path):
     server.proc.send_signal(signal.SIGINT)
     assert server.proc.wait(30) == 0
 
-    count = subprocess.run([sys.executable, "-c", (
-        "import django, json; django.setup(); from store import get_store; s = get_store();"
-        "ids = s.query('SELECT trace_id, span_id FROM spans FINAL', tag='tests.faults').rows;"
-        "raw = s.query('SELECT count() FROM spans', tag='tests.faults').scalar();"
-        "print(json.dumps({'ids': ids, 'raw': raw}))")], cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
-        capture_output=True, text=True, check=True)
-    stored = json.loads(count.stdout.strip().splitlines()[-1])
-    stored_ids = {tuple(pair) for pair in stored["ids"]}
-    assert len(stored["ids"]) == len(stored_ids)  # no duplicates after FINAL
+    ids, raw = stored_spans(env)
+    stored_ids = set(ids)
+    assert len(ids) == len(stored_ids)  # no duplicates after FINAL
     assert stored_ids == acknowledged  # nothing acknowledged was lost, nothing unknown appeared
     # Rows beyond the unique ones can only come from requests resent because they got no answer.
-    assert stored["raw"] - len(stored_ids) <= retried_spans
+    assert raw - len(stored_ids) <= retried_spans

@@ -21,6 +21,7 @@ from django.test import Client
 from store import StoreUnavailable
 from store.client import Store
 from tests.conftest import wait_until
+from tests.test_ingest_faults import stored_spans
 from tests.test_security_matrix import MATRIX, world  # noqa: F401 - the fixture is used by name
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
@@ -51,16 +52,9 @@ def clickhouse_outage(monkeypatch):
 
 
 def _batch(n_traces: int = 5) -> tuple[bytes, set[tuple[str, str]]]:
-    now = time.time_ns()
-    spans, ids = [], set()
-    for _ in range(n_traces):
-        trace_id, root = secrets.token_hex(16), secrets.token_hex(8)
-        for i in range(3):
-            span_id = root if i == 0 else secrets.token_hex(8)
-            spans.append({"trace_id": trace_id, "span_id": span_id, "parent_span_id": None if i == 0 else root,
-                          "name": f"outage-{i}", "start_time": now - 10**9, "duration_ms": 5.0 + i})
-            ids.add((trace_id, span_id))
-    return json.dumps({"spans": spans}).encode(), ids
+    from tests.test_ingest_faults import batch
+
+    return batch(n_traces, spans_per_trace=3, name="outage", prompt=None)
 
 
 def _stored(project_id: int) -> tuple[set, int]:
@@ -396,13 +390,16 @@ def test_full_disk_refuses_ingest_with_503_retry_after_and_recovers(tmp_path):
                 continue
             assert status == 503, (status, answer)
             assert headers.get("retry-after"), headers
-            assert answer["error"]["code"] in ("spool_full", "store_unavailable"), answer
+            assert answer["error"]["code"] == "spool_full", answer
+            assert "disk" in answer["error"]["message"], answer
             refused = answer
             break
         assert refused is not None, "2 MiB of spool never filled up"
         assert acknowledged, "nothing was spooled before the disk filled"
         status, _, _ = post(_big_batch()[0])  # still full: still a clear 503, never a 500
         assert status == 503
+        health = server.health()
+        assert health["status"] != "ok" and health["checks"]["ingest"]["spool_disk_full"] is True, health
 
         outage.unlink()  # ClickHouse returns: the spool drains, the space returns, ingestion works again
         wait_until(lambda: server.health()["checks"]["ingest"]["spooled_segments"] == 0, timeout=60,
@@ -418,15 +415,9 @@ def test_full_disk_refuses_ingest_with_503_retry_after_and_recovers(tmp_path):
             server.proc.wait(60)
         subprocess.run(["umount", "-l", str(spool)], capture_output=True)
 
-    count = subprocess.run([sys.executable, "-c", (
-        "import django, json; django.setup(); from store import get_store; s = get_store();"
-        "ids = s.query('SELECT trace_id, span_id FROM spans FINAL', tag='tests.outages').rows;"
-        "raw = s.query('SELECT count() FROM spans', tag='tests.outages').scalar();"
-        "print(json.dumps({'ids': ids, 'raw': raw}))")], cwd=ROOT,
-        env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"}, capture_output=True, text=True, check=True)
-    stored = json.loads(count.stdout.strip().splitlines()[-1])
-    assert {tuple(pair) for pair in stored["ids"]} == acknowledged  # nothing acknowledged lost, nothing refused stored
-    assert stored["raw"] == len(acknowledged)  # exactly once
+    ids, raw = stored_spans(env, tag="tests.outages")
+    assert set(ids) == acknowledged  # nothing acknowledged lost, nothing refused stored
+    assert raw == len(acknowledged)  # exactly once
 
 
 def test_server_error_handler_answers_503_only_for_database_errors(rf):
@@ -452,3 +443,101 @@ def test_server_error_handler_answers_503_only_for_database_errors(rf):
     assert other.status_code == 500 and b"secret detail" not in other.content
     other_json = answer("/overview.json", KeyError("secret detail"))
     assert other_json.status_code == 500 and json.loads(other_json.content)["error"]["code"] == "server_error"
+
+
+# --- PostgreSQL drops the server's connections mid-request ----------------------------------------
+def test_postgres_connections_killed_mid_request_give_503_never_500_and_recover(tmp_path):
+    """Production metadata DB: a real ``manage.py serve`` on its own PostgreSQL database while a
+    thread keeps terminating every backend of that database (``pg_terminate_backend``, as a
+    failover or an idle-killer would) under a stream of page, JSON and ingest requests. Every
+    answer is a 200 or a clear 503, never a 500; once the killing stops, everything answers 200
+    again without a restart; every acknowledged span is stored."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import urllib.request
+
+    psycopg = pytest.importorskip("psycopg")
+    from tests.test_serve import PRODUCTION_VARIABLES, ROOT
+
+    admin_url = os.environ.get("TRACEDASH_TEST_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    try:
+        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        if os.environ.get("TRACEDASH_REQUIRE_SERVICES"):
+            raise RuntimeError(f"no PostgreSQL at {admin_url}, and TRACEDASH_REQUIRE_SERVICES is set") from exc
+        pytest.skip(f"no PostgreSQL at {admin_url}: {exc}")
+    name = f"tracedash_pgloss_{secrets.token_hex(4)}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    database_url = admin_url.rsplit("/", 1)[0] + "/" + name
+    data_dir = tmp_path / "var"
+    server = None
+    try:
+        server = _server_with(data_dir, tmp_path, {"DATABASE_URL": database_url})
+        env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
+        env.update(TRACEDASH_DATA_DIR=str(data_dir), DATABASE_URL=database_url, DJANGO_SUPERUSER_PASSWORD="outage-pass-1")
+        subprocess.run([sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", "op",
+                        "--email", "op@example.com"], cwd=ROOT, env=env, capture_output=True, check=True)
+        key = subprocess.run([sys.executable, "manage.py", "create_project", "pgloss", "--member", "op"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        opener = _session(server.base, "op", "outage-pass-1")
+        pages = ["/", "/traces/", "/settings/", "/alerts/", "/overview.json"]
+        assert {page: _get(opener, server.base + page)[0] for page in pages} == dict.fromkeys(pages, 200)
+        assert server.health()["checks"]["database"]["vendor"] == "postgresql"
+
+        stop, killed = threading.Event(), [0]
+
+        def killer():
+            with psycopg.connect(admin_url, autocommit=True) as conn:
+                while not stop.is_set():
+                    killed[0] += conn.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = %s AND pid <> pg_backend_pid()", (name,)).fetchone()[0]
+                    stop.wait(0.02)
+
+        answers, acknowledged = [], set()
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 6
+            while time.monotonic() < deadline:
+                for page in pages:
+                    status, content_type, body = _get(opener, server.base + page)
+                    answers.append((page, status))
+                    assert status in (200, 503), (page, status, body[:500])
+                    if status == 503 and page.endswith(".json"):
+                        assert json.loads(body)["error"]["code"] == "database_unavailable", body[:300]
+                body, ids = _batch()
+                request = urllib.request.Request(server.base + "/api/v1/traces", data=body, headers={
+                    "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+                status, content_type, text = _get(urllib.request.build_opener(), request)
+                answers.append(("ingest", status))
+                assert status in (200, 202, 503), (status, text[:500])
+                if status in (200, 202):
+                    assert json.loads(text)["accepted"] == len(ids)
+                    acknowledged |= ids
+                else:
+                    assert content_type.startswith("application/json"), text[:300]
+        finally:
+            stop.set()
+            thread.join(10)
+        assert killed[0] > 0, "no backend was ever terminated: the test did not test anything"
+        assert any(status == 503 for _, status in answers), f"no request was hit by a killed connection: {answers}"
+
+        # The killing stopped: everything works again, with no restart.
+        assert {page: _get(opener, server.base + page)[0] for page in pages} == dict.fromkeys(pages, 200)
+        wait_until(lambda: server.health()["status"] == "ok", timeout=30, message="healthz ok again")
+        status, _, body = _post_spans(server.base, key)
+        assert status in (200, 202), body[:300]
+        wait_until(lambda: server.health()["checks"]["ingest"]["queued_rows"] == 0, timeout=60, message="queue empty")
+    finally:
+        if server is not None:
+            server.proc.send_signal(signal.SIGINT)
+            server.proc.wait(60)
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+    ids, _ = stored_spans(server.env, tag="tests.outages")
+    missing = acknowledged - set(ids)
+    assert not missing, f"{len(missing)} acknowledged spans were not stored"
