@@ -31,6 +31,19 @@ def server_loop_register(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
+async def _bounded_send(layer, group: str, message: dict) -> None:
+    # A Redis that accepts connections but answers nothing (frozen, overloaded) must not hold a
+    # task or the beat: the event is given up after SEND_TIMEOUT_SECONDS (TimeoutError, logged).
+    await asyncio.wait_for(layer.group_send(group, message), SEND_TIMEOUT_SECONDS)
+
+
+def _send_logged(layer, group: str, message: dict) -> None:
+    try:
+        async_to_sync(_bounded_send)(layer, group, message)
+    except Exception:  # noqa: BLE001 - logged, never swallowed silently; the data is stored
+        log.exception("live event %s to %s failed", message.get("type"), group)
+
+
 def group_send(group: str, message: dict, *, wait: bool = True) -> None:
     """``channel_layer.group_send`` from synchronous code, on whichever thread it runs."""
     from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -49,13 +62,13 @@ def group_send(group: str, message: dict, *, wait: bool = True) -> None:
             if wait:
                 future.result(SEND_TIMEOUT_SECONDS)
         elif running is not None:
-            sender = threading.Thread(target=async_to_sync(layer.group_send), args=(group, message),
+            sender = threading.Thread(target=_send_logged, args=(layer, group, message),
                                       name="live-send", daemon=True)
             sender.start()
             if wait:
                 sender.join(SEND_TIMEOUT_SECONDS)
         else:
-            async_to_sync(layer.group_send)(group, message)
+            _send_logged(layer, group, message)
     except Exception:  # noqa: BLE001 - logged, never swallowed silently; the data is stored
         log.exception("live event %s to %s failed", message.get("type"), group)
 

@@ -48,3 +48,62 @@ async def _scenario(project_with_key, make_user):
     event = await member.receive_json_from(timeout=5)
     assert event == {"type": "traces.ingested", "spans": 5, "trace_ids": [spans[0]["trace_id"]]}
     await member.disconnect()
+
+
+@pytest.mark.parametrize("inside_loop", [False, True])
+def test_live_send_from_sync_code_gives_up_on_a_frozen_redis(monkeypatch, caplog, inside_loop):
+    """A Celery task or the embedded beat sending a live event while Redis is frozen (SIGSTOP:
+    it accepts connections and answers nothing) is held at most SEND_TIMEOUT_SECONDS, and the
+    failure is logged — the task goes on."""
+    import asyncio
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    import channels.layers
+    from channels_redis.core import RedisChannelLayer
+
+    from config import live
+    from tests.conftest import wait_until
+    from tests.test_serve import _free_port
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    port = _free_port()
+    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def up():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    try:
+        wait_until(up, timeout=20, message="redis-server up")
+        layer = RedisChannelLayer(hosts=[f"redis://127.0.0.1:{port}/1"])
+        monkeypatch.setattr(channels.layers, "get_channel_layer", lambda *a, **k: layer)
+        monkeypatch.setattr(live, "SEND_TIMEOUT_SECONDS", 0.5)
+        live.group_send("project-1-traces", {"type": "traces.ingested", "spans": 1})  # works while Redis answers
+        redis.send_signal(signal.SIGSTOP)
+
+        def send():
+            started = time.monotonic()
+            live.group_send("project-1-traces", {"type": "traces.ingested", "spans": 1})
+            return time.monotonic() - started
+
+        async def send_inside_a_loop():  # e.g. a task run by a worker thread that owns a loop
+            return send()
+
+        elapsed = asyncio.run(send_inside_a_loop()) if inside_loop else send()
+        assert elapsed < 3, f"group_send held its caller {elapsed:.1f} s on a frozen Redis"
+        # (inside a loop the send runs on a helper thread, which logs once its own wait ends)
+        wait_until(lambda: any("live event traces.ingested" in r.getMessage() for r in caplog.records), timeout=5,
+                   message="the failed live event is logged")
+    finally:
+        redis.send_signal(signal.SIGCONT)
+        redis.kill()
+        redis.wait(10)
