@@ -13,12 +13,16 @@ What is measured, and why:
    send to last byte of the answer. Server CPU (from /proc) and client CPU are reported too:
    client and server share the machine's cores, so the client is kept cheap (bodies encoded up
    front; only a sample of answers is decoded).
-2. **The ceiling: a raw insert.** The same spans, turned into rows by ``ingest.schemas.parse_span``
+2. **The ceiling: a raw insert.** The same spans, turned into rows by ``ingest.schemas.parse_spans``
    exactly as the server does, are inserted with ``Store.insert`` (Arrow into chdb) straight from
    this process, in batches of 1,000 and 10,000 rows, on a separate data path, after the server
    has stopped. ``ratio`` = HTTP spans/s ÷ raw rows/s at 1,000-row batches: the share of the
    store's own speed that the HTTP path (parsing, validation, ASGI, group commit) keeps.
    Single-threaded parse-only rates (native JSON and OTLP) show what validation alone costs.
+   The insert's wall time leaves out the merges ClickHouse runs afterwards in its own threads, so
+   the CPU of the whole raw phase is also taken until those merges have finished: the store's full
+   cost per 1,000 rows, and the rows/s this machine could store with every core doing only that
+   (the hard ceiling for the HTTP path, which must also receive and validate).
 3. **Nothing is lost.** Every span id is unique across the run, so after the server has drained
    its queue and spool and stopped, ``count()`` and ``uniqExact(trace_id, span_id)`` of
    ``spans FINAL`` (read by a separate process: chdb opens one data path per process) must both
@@ -413,13 +417,14 @@ def build_scenarios(seed: int, pool_100: int, pool_1000: int) -> list[Scenario]:
 def validate_templates(scenarios: list[Scenario], request_numbers) -> None:
     """Run one body of each scenario through the server's own parsers: no span may be rejected."""
     from ingest import otlp
-    from ingest.schemas import BatchIn, Limits, decode_envelope, parse_span
+    from ingest.schemas import Limits, parse_spans
 
     limits = Limits()
     for scenario in scenarios:
         body = scenario.patch(scenario.templates[0], next(request_numbers))
         if scenario.content_type == "application/json":
-            rows = [parse_span(raw, project_id=1, limits=limits) for raw in decode_envelope(body, BatchIn, name="spans")]
+            rows, rejected = parse_spans(body, project_id=1, limits=limits)
+            assert not rejected, (scenario.name, rejected[:3])
         else:
             rows = [otlp.span_row(span, project_id=1, limits=limits) for span in otlp.decode_traces(body, otlp.PROTOBUF)]
         assert len(rows) == scenario.batch, (scenario.name, len(rows))
@@ -582,7 +587,7 @@ def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, secon
     from django.conf import settings
 
     from ingest import otlp
-    from ingest.schemas import BatchIn, Limits, decode_envelope, parse_span
+    from ingest.schemas import Limits, parse_spans
     from store import Store
     from store.backends import EmbeddedBackend
     from store.migrator import MigrationContext, migrate
@@ -597,8 +602,7 @@ def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, secon
     proto_bodies = [proto.patch(proto.templates[i % len(proto.templates)], next(request_numbers)) for i in range(bodies)]
 
     started = time.perf_counter()
-    rows = [parse_span(raw, project_id=1, limits=limits)
-            for body in native_bodies for raw in decode_envelope(body, BatchIn, name="spans")]
+    rows = [row for body in native_bodies for row in parse_spans(body, project_id=1, limits=limits)[0]]
     parse_native = len(rows) / (time.perf_counter() - started)
     started = time.perf_counter()
     otlp_rows = [otlp.span_row(span, project_id=1, limits=limits)
@@ -617,6 +621,7 @@ def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, secon
     except ImportError:
         _arrow_table = None
     columns = SPANS.insert_columns
+    cpu_started, rows_inserted = _process_cpu_seconds(), 0
     for size in (1000, 10_000):
         inserted, offset, elapsed, inserts = 0, 0, 0.0, 0
         while elapsed < seconds or inserts < 3:
@@ -636,9 +641,26 @@ def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, secon
             for _ in range(3):
                 _arrow_table([c.name for c in columns], [c.type for c in columns], rows[:size])
             result[f"arrow_build_ms_{size}"] = round(1000 * (time.perf_counter() - started) / 3, 2)
+        rows_inserted += inserted
         log(f"  raw insert, {size:,}-row batches: {result[f'raw_rows_per_s_{size}']:,} rows/s ({inserts} inserts)")
+    # What storing costs in all, merges included: the CPU of this process (every chdb thread)
+    # from the first raw insert until the merges they caused have finished.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and store.query(
+            "SELECT count() FROM system.merges WHERE database = currentDatabase()", tag="bench.raw.merges").scalar():
+        time.sleep(0.5)
+    cpu_ms_per_1000 = 1000 * 1000 * (_process_cpu_seconds() - cpu_started) / rows_inserted
+    result["store_cpu_ms_per_1000_rows"] = round(cpu_ms_per_1000, 1)
+    result["store_ceiling_rows_per_s"] = round((os.cpu_count() or 1) * 1000 * 1000 / cpu_ms_per_1000)
     store.close()
     return result
+
+
+def _process_cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 # --- report --------------------------------------------------------------------------------------
@@ -671,6 +693,10 @@ def report(results: list[dict], raw: dict, check: dict, info: dict, settings: di
                          f"{raw['arrow_build_ms_10000']} ms per 10,000 rows")
         lines.append(f"parse only (one thread, as the server validates): native JSON {raw['parse_native_spans_per_s']:,} spans/s, "
                      f"OTLP protobuf {raw['parse_otlp_spans_per_s']:,} spans/s")
+        if "store_cpu_ms_per_1000_rows" in raw:
+            lines.append(f"storing in all (inserts + the merges they cause, every chdb thread): "
+                         f"{raw['store_cpu_ms_per_1000_rows']} ms of CPU per 1,000 rows; with every core doing "
+                         f"nothing else, this machine could store at most {raw['store_ceiling_rows_per_s']:,} rows/s")
     if check:
         verdict = "OK" if check["ok"] else "MISMATCH"
         lines.append(f"stored == acknowledged: {verdict} (acknowledged {check['acknowledged']:,}, stored {check['count']:,}, "
