@@ -10,13 +10,21 @@ wins. The run re-reads an overlap before its watermark, because an insert that b
 previous run (so its ``ingested_at`` lies before the watermark) may have become visible only
 after it; summarising a trace again is harmless. It marks the minutes whose rollups changed
 (``rollup_dirty``) and tells open pages which traces were summarised (``traces.summarized``).
+
+Because of that overlap every trace is read again by the next two runs (at the default 5 s
+interval and 10 s overlap). A trace whose spans (every column of every copy read, with its
+``ingested_at``) and price table are exactly those of the summary this process wrote last, and
+whose newest row in ``traces`` is still that one, is not summarised or written again: the trace
+math, not the read, is most of a run's cost. The memory of what was written is per process and
+bounded; a miss only means the trace is summarised again, as before.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -75,7 +83,7 @@ ORDER BY first_ns, trace_id
 
 _PREVIOUS_SQL = """
 SELECT trace_id, toUnixTimestamp64Nano(spans_start) AS spans_start_ns, toUnixTimestamp64Nano(spans_end) AS spans_end_ns,
-       toUnixTimestamp64Nano(start_time) AS start_ns, has_root
+       toUnixTimestamp64Nano(start_time) AS start_ns, has_root, version
 FROM traces
 WHERE project_id = {project_id:UInt64} AND trace_id IN (SELECT arrayJoin(splitByChar(',', {trace_ids:String})))
 ORDER BY version DESC
@@ -83,7 +91,7 @@ LIMIT 1 BY trace_id
 """
 
 _SPANS_SQL = f"""
-SELECT trace_id, {SPAN_FIELDS_SQL}
+SELECT trace_id, {SPAN_FIELDS_SQL}, toUnixTimestamp64Milli(ingested_at) AS ingested_ms
 FROM spans
 WHERE project_id = {{project_id:UInt64}}
   AND start_time >= fromUnixTimestamp64Nano({{lo_ns:Int64}})
@@ -135,19 +143,47 @@ def trace_row(*, project_id: int, trace_id: str, spans: list[dict], prices, vers
     return row
 
 
+# (project_id, trace_id) -> (fingerprint of the spans and prices summarised, version written)
+_WRITTEN_MAX = 100_000
+_written: OrderedDict[tuple[int, str], tuple[int, int]] = OrderedDict()
+_written_lock = threading.Lock()
+
+
+def _fingerprint(spans: list[dict], prices_key: int) -> int:
+    return hash((prices_key, tuple(sorted(tuple(span.values()) for span in spans))))
+
+
+def _remember(project_id: int, rows: list[dict], fingerprints: dict[str, int]) -> None:
+    with _written_lock:
+        for row in rows:
+            key = (project_id, row["trace_id"])
+            _written[key] = (fingerprints[row["trace_id"]], int(row["version"]))
+            _written.move_to_end(key)
+        while len(_written) > _WRITTEN_MAX:
+            _written.popitem(last=False)
+
+
+def summaries_forget() -> None:
+    """Forget what this process wrote (every trace is summarised again when next touched)."""
+    with _written_lock:
+        _written.clear()
+
+
 def _batches(touched: list[dict], size: int) -> Iterable[list[dict]]:
     for i in range(0, len(touched), size):
         yield touched[i:i + size]
 
 
 def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
-                         mark_dirty: bool = True) -> tuple[list[str], int]:
+                         mark_dirty: bool = True, skip_unchanged: bool = False) -> tuple[list[str], int]:
     """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
     range of their new spans), write their rows and mark the minutes to roll up again.
-    Returns (trace ids written, spans read)."""
+    ``skip_unchanged``: leave out traces whose summary this process already wrote from exactly
+    these spans (the incremental runs' overlap). Returns (trace ids written, spans read)."""
     store = get_store()
     if prices is None:
         prices = prices_for_project(project_id=project_id)
+    prices_key = hash(tuple(sorted(prices.items())))
     version = version or _clock_ns()
     written: list[str] = []
     spans_read = 0
@@ -166,18 +202,25 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
         for span in result.dicts():
             spans_by_trace[span["trace_id"]].append(span)
         spans_read += len(result)
-        rows, dirty = [], set()
+        rows, dirty, fingerprints = [], set(), {}
         for trace_id in ids:
             spans = spans_by_trace.get(trace_id)
             if not spans:
                 continue  # dropped by TTL between the two reads
+            fingerprint = fingerprints[trace_id] = _fingerprint(spans, prices_key)
+            if skip_unchanged:
+                before = previous.get(trace_id)
+                if before is not None and _written.get((project_id, trace_id)) == (fingerprint, int(before["version"])):
+                    continue  # this exact summary is already the newest row
             row = trace_row(project_id=project_id, trace_id=trace_id, spans=spans, prices=prices, version=version)
             rows.append(row)
             dirty.add(row["start_time"] // MINUTE_NS)
             before = previous.get(trace_id)
             if before is not None and before["has_root"]:
                 dirty.add(int(before["start_ns"]) // MINUTE_NS)
-        store.insert("traces", rows, tag="dashboard.summarizer.write")
+        if rows:
+            store.insert("traces", rows, tag="dashboard.summarizer.write")
+            _remember(project_id, rows, fingerprints)
         if dirty and mark_dirty:
             store.insert("rollup_dirty", [{"project_id": project_id, "bucket": m * MINUTE_NS} for m in sorted(dirty)],
                          tag="dashboard.summarizer.mark_dirty")
@@ -228,7 +271,7 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
         touched = store.query(_TOUCHED_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
                               tag="dashboard.summarizer.touched").dicts()
         if touched:
-            written, spans = traces_summarize_ids(project_id=project_id, touched=touched)
+            written, spans = traces_summarize_ids(project_id=project_id, touched=touched, skip_unchanged=True)
             report.traces += len(written)
             report.spans += spans
             report.trace_ids[project_id] = written[:EVENT_TRACE_IDS]

@@ -215,3 +215,32 @@ def test_open_pages_receive_the_summarized_event(project_with_key, make_user):
         await member.disconnect()
 
     async_to_sync(scenario)()
+
+
+def test_the_overlap_does_not_rewrite_unchanged_traces_but_any_change_does(project_with_key):
+    project, _ = project_with_key()
+    start = time.time_ns() - 60 * 1_000_000_000
+    spans = llm_trace(start_ns=start)
+    tid = spans[0]["trace_id"]
+    insert(project.pk, spans)
+    assert summarizer.traces_summarize(project_ids=[project.pk]).traces == 1
+    first = latest(project.pk)[tid]
+    # The next runs re-read the trace (overlap) and find nothing new: no row is written.
+    again = summarizer.traces_summarize(project_ids=[project.pk])
+    assert again.spans == 5 and again.traces == 0 and versions(project.pk) == 1
+    # A span re-sent with other content (same id) changes the trace: summarised again.
+    time.sleep(0.01)
+    insert(project.pk, [{**spans[0], "name": "chat (renamed)"}])
+    assert summarizer.traces_summarize(project_ids=[project.pk]).traces == 1
+    renamed = latest(project.pk)[tid]
+    assert renamed["root_name"] == "chat (renamed)" and renamed["version"] > first["version"]
+    # The summary row vanished (e.g. the table was emptied): the next run writes it again.
+    get_store().command("TRUNCATE TABLE traces", tag="tests.summarizer.truncate")
+    assert summarizer.traces_summarize(project_ids=[project.pk]).traces == 1
+    assert latest(project.pk)[tid]["root_name"] == "chat (renamed)"
+    # A price change is a change too.
+    model_price_set(project_id=project.pk, model=spans[0].get("model") or "gpt-4o-mini", input_usd_per_million="1",
+                    output_usd_per_million="2")
+    assert summarizer.traces_summarize(project_ids=[project.pk]).traces == 1
+    # A rebuild (manage.py summarize_traces) always writes.
+    assert summarizer.traces_rebuild(project_id=project.pk, from_ns=start - 1, to_ns=start + 1) == 1
