@@ -43,3 +43,27 @@ def server_error(request, *args, **kwargs):
                             status=500)
     return HttpResponse("<!doctype html><html lang=\"en\"><head><title>Server Error (500)</title></head><body>"
                         "<h1>Server Error (500)</h1></body></html>", status=500, content_type="text/html; charset=utf-8")
+
+
+def page_not_found(request, exception=None, *args, **kwargs):
+    """``handler404``: API and JSON URLs get the API's JSON error (with a hint when the same path
+    without its trailing slash exists), pages Django's own 404 page."""
+    if not _wants_json(request):
+        from django.views.defaults import page_not_found as django_page_not_found
+
+        return django_page_not_found(request, exception)
+    from django.urls import Resolver404, resolve
+
+    path = request.path
+    try:
+        resolve(path)
+        message = f"not found: {path[:200]}"  # the endpoint exists; what it names does not (or is not yours)
+    except Resolver404:
+        message = f"no such endpoint: {path[:200]}"
+        if path.endswith("/") and len(path) > 1:
+            try:
+                resolve(path[:-1])
+                message += f" (without the trailing slash: {path[:-1][:200]})"
+            except Resolver404:
+                pass
+    return JsonResponse({"error": {"code": "not_found", "message": message, "details": []}}, status=404)

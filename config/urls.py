@@ -5,6 +5,7 @@ from django.urls import include, path
 from dashboard.views import healthz
 
 # A metadata database outage answers a clear 503 instead of a bare 500 (config/errors.py).
+handler404 = "config.errors.page_not_found"
 handler500 = "config.errors.server_error"
 
 urlpatterns = [
