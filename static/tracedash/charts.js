@@ -33,7 +33,15 @@
     (root || document).querySelectorAll(".chart[data-figure]").forEach(render);
   }
 
-  window.tracedashCharts = { draw: draw, render: render, renderAll: renderAll };
+  // Redraw from a JSON answer's {ID: figure} map (the live pages' refresh), each into its chart.
+  function drawFigures(figures) {
+    Object.keys(figures || {}).forEach(function (id) {
+      var el = document.querySelector('.chart[data-figure="' + CSS.escape(id) + '"]');
+      if (el) draw(el, figures[id]);
+    });
+  }
+
+  window.tracedashCharts = { draw: draw, render: render, renderAll: renderAll, drawFigures: drawFigures };
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", function () { renderAll(); });
   } else {

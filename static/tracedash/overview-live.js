@@ -15,10 +15,7 @@
       .then((r) => (r.ok ? r.json() : null))
       .then((body) => {
         if (!body) return;
-        Object.entries(body.figures).forEach(([id, fig]) => {
-          const el = document.querySelector(`.chart[data-figure="${CSS.escape(id)}"]`);
-          if (el) window.tracedashCharts.draw(el, fig);
-        });
+        window.tracedashCharts.drawFigures(body.figures);
         body.kpis.forEach((k) => {
           const tile = document.querySelector(`[data-kpi="${CSS.escape(k.key)}"]`);
           if (!tile) return;

@@ -17,10 +17,7 @@
       .then((r) => (r.ok ? r.json() : null))
       .then((body) => {
         if (!body) return;
-        Object.entries(body.figures).forEach(([id, fig]) => {
-          const el = document.querySelector(`.chart[data-figure="${CSS.escape(id)}"]`);
-          if (el) window.tracedashCharts.draw(el, fig);
-        });
+        window.tracedashCharts.drawFigures(body.figures);
         document.body.dataset.resourcesRefreshed = String(Number(document.body.dataset.resourcesRefreshed || 0) + 1);
       })
       .finally(() => { busy = false; });
