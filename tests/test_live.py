@@ -58,8 +58,6 @@ def test_live_send_from_sync_code_gives_up_on_a_frozen_redis(monkeypatch, caplog
     import asyncio
     import shutil
     import signal
-    import socket
-    import subprocess
     import time
 
     import channels.layers
@@ -67,23 +65,14 @@ def test_live_send_from_sync_code_gives_up_on_a_frozen_redis(monkeypatch, caplog
 
     from config import live
     from tests.conftest import wait_until
+    from tests.support.worker_server import start_redis_server
     from tests.test_serve import _free_port
 
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
     port = _free_port()
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def up():
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            return False
-
+    redis = start_redis_server(port)
     try:
-        wait_until(up, timeout=20, message="redis-server up")
         layer = RedisChannelLayer(hosts=[f"redis://127.0.0.1:{port}/1"])
         monkeypatch.setattr(channels.layers, "get_channel_layer", lambda *a, **k: layer)
         monkeypatch.setattr(live, "SEND_TIMEOUT_SECONDS", 0.5)

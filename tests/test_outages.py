@@ -21,6 +21,7 @@ from django.test import Client
 from store import StoreUnavailable
 from store.client import Store
 from tests.conftest import wait_until
+from tests.support.worker_server import start_redis_server
 from tests.test_ingest_faults import stored_spans
 from tests.test_security_matrix import MATRIX, world  # noqa: F401 - the fixture is used by name
 
@@ -129,6 +130,21 @@ def test_clickhouse_outage_gives_clear_503s_spools_ingest_and_recovers(world, cl
 
 
 # --- the metadata database goes away (a real server process) -------------------------------------
+def _operator_key(env: dict, project: str) -> str:
+    """Make the operator account ``op`` (password ``outage-pass-1``) and a project it is a member
+    of, with the real management commands in ``env``; the project's ingest key."""
+    import subprocess
+    import sys
+
+    from tests.test_serve import ROOT
+
+    env = {**env, "DJANGO_SUPERUSER_PASSWORD": "outage-pass-1"}
+    subprocess.run([sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", "op",
+                    "--email", "op@example.com"], cwd=ROOT, env=env, capture_output=True, check=True)
+    return subprocess.run([sys.executable, "manage.py", "create_project", project, "--member", "op"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+
+
 def _session(base: str, username: str, password: str):
     """An opener logged in through the login form (CSRF cookie + token, as a browser does)."""
     import http.cookiejar
@@ -169,21 +185,16 @@ def _post_spans(base: str, key: str) -> tuple[int, str, str]:
 def test_metadata_database_outage_gives_clear_errors_and_recovers(tmp_path):
     import os
     import signal
-    import subprocess
-    import sys
 
     from tests.test_ingest_faults import Server
-    from tests.test_serve import PRODUCTION_VARIABLES, ROOT, _free_port
+    from tests.test_serve import PRODUCTION_VARIABLES, _free_port
 
     data_dir = tmp_path / "var"
     server = Server(data_dir, tmp_path / "no-clickhouse-outage", _free_port())
     try:
         env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
-        env.update(TRACEDASH_DATA_DIR=str(data_dir), DJANGO_SUPERUSER_PASSWORD="outage-pass-1")
-        subprocess.run([sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", "op",
-                        "--email", "op@example.com"], cwd=ROOT, env=env, capture_output=True, check=True)
-        key = subprocess.run([sys.executable, "manage.py", "create_project", "dbdown", "--member", "op"], cwd=ROOT,
-                             env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        env.update(TRACEDASH_DATA_DIR=str(data_dir))
+        key = _operator_key(env, "dbdown")
         opener = _session(server.base, "op", "outage-pass-1")
         pages = ["/", "/traces/", "/settings/", "/alerts/", "/overview.json"]
         before = {page: _get(opener, server.base + page)[0] for page in pages}
@@ -248,31 +259,14 @@ def test_redis_outage_keeps_ingest_and_pages_working_and_healthz_reports_it(tmp_
     import os
     import shutil
     import signal
-    import subprocess
-    import sys
 
-    from tests.test_serve import PRODUCTION_VARIABLES, ROOT, _free_port
+    from tests.test_serve import PRODUCTION_VARIABLES, _free_port
 
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
     redis_port = _free_port()
 
-    def start_redis():
-        proc = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                 "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        import socket
-
-        def up():
-            try:
-                socket.create_connection(("127.0.0.1", redis_port), timeout=0.5).close()
-                return True
-            except OSError:
-                return False
-
-        wait_until(up, timeout=20, message="redis-server up")
-        return proc
-
-    redis = start_redis()
+    redis = start_redis_server(redis_port)
     redis_url = f"redis://127.0.0.1:{redis_port}"
     data_dir = tmp_path / "var"
     env_extra = {"TRACEDASH_CHANNEL_LAYER_URL": f"{redis_url}/1", "CELERY_BROKER_URL": f"{redis_url}/0"}
@@ -280,11 +274,8 @@ def test_redis_outage_keeps_ingest_and_pages_working_and_healthz_reports_it(tmp_
     try:
         server = _server_with(data_dir, tmp_path, env_extra)
         env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
-        env.update(TRACEDASH_DATA_DIR=str(data_dir), DJANGO_SUPERUSER_PASSWORD="outage-pass-1", **env_extra)
-        subprocess.run([sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", "op",
-                        "--email", "op@example.com"], cwd=ROOT, env=env, capture_output=True, check=True)
-        key = subprocess.run([sys.executable, "manage.py", "create_project", "redisdown", "--member", "op"], cwd=ROOT,
-                             env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        env.update(TRACEDASH_DATA_DIR=str(data_dir), **env_extra)
+        key = _operator_key(env, "redisdown")
         opener = _session(server.base, "op", "outage-pass-1")
         pages = ["/", "/traces/", "/settings/", "/alerts/", "/overview.json"]
         before = {page: _get(opener, server.base + page)[0] for page in pages}
@@ -313,7 +304,7 @@ def test_redis_outage_keeps_ingest_and_pages_working_and_healthz_reports_it(tmp_
         assert during == before, (before, during)  # pages render as they did with Redis up
 
         if how == "killed":  # Redis returns: healthz recovers by itself
-            redis = start_redis()
+            redis = start_redis_server(redis_port)
         else:
             redis.send_signal(signal.SIGCONT)
         wait_until(lambda: server.health()["status"] == "ok", timeout=30, message="healthz ok again")
@@ -454,13 +445,11 @@ def test_postgres_connections_killed_mid_request_give_503_never_500_and_recover(
     again without a restart; every acknowledged span is stored."""
     import os
     import signal
-    import subprocess
-    import sys
     import threading
     import urllib.request
 
     psycopg = pytest.importorskip("psycopg")
-    from tests.test_serve import PRODUCTION_VARIABLES, ROOT
+    from tests.test_serve import PRODUCTION_VARIABLES
 
     admin_url = os.environ.get("TRACEDASH_TEST_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     try:
@@ -477,11 +466,8 @@ def test_postgres_connections_killed_mid_request_give_503_never_500_and_recover(
     try:
         server = _server_with(data_dir, tmp_path, {"DATABASE_URL": database_url})
         env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
-        env.update(TRACEDASH_DATA_DIR=str(data_dir), DATABASE_URL=database_url, DJANGO_SUPERUSER_PASSWORD="outage-pass-1")
-        subprocess.run([sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", "op",
-                        "--email", "op@example.com"], cwd=ROOT, env=env, capture_output=True, check=True)
-        key = subprocess.run([sys.executable, "manage.py", "create_project", "pgloss", "--member", "op"], cwd=ROOT,
-                             env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        env.update(TRACEDASH_DATA_DIR=str(data_dir), DATABASE_URL=database_url)
+        key = _operator_key(env, "pgloss")
         opener = _session(server.base, "op", "outage-pass-1")
         pages = ["/", "/traces/", "/settings/", "/alerts/", "/overview.json"]
         assert {page: _get(opener, server.base + page)[0] for page in pages} == dict.fromkeys(pages, 200)

@@ -134,6 +134,28 @@ def redis_up(url: str) -> bool:
         return False
 
 
+def start_redis_server(port: int):
+    """A throwaway ``redis-server`` on 127.0.0.1:``port`` (nothing saved), once it accepts
+    connections; the caller kills it."""
+    import socket
+    import subprocess
+
+    from tests.conftest import wait_until
+
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def up():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    wait_until(up, timeout=20, message="redis-server up")
+    return proc
+
+
 def requires_redis(url: str):
     """A pytest mark for tests that need the Redis at ``url``: skipped where none runs, but a
     failure under CI (``TRACEDASH_REQUIRE_SERVICES=1``, set by .ci/run), so a real-worker test can
