@@ -373,13 +373,16 @@ class _NotFast(Exception):
 def _flat_texts(mapping: dict | None, max_key: int, max_value: int) -> dict:
     if not mapping:
         return {}
+    all_text = True
     for key, value in mapping.items():
-        if len(key) > max_key or (type(value) is str and len(value) > max_value):
+        if len(key) > max_key:
             raise _NotFast
-    for value in mapping.values():
-        if type(value) is not str:
-            return {k: _scalar_text(v) for k, v in mapping.items()}
-    return mapping
+        if type(value) is str:
+            if len(value) > max_value:
+                raise _NotFast
+        else:
+            all_text = False
+    return mapping if all_text else {k: _scalar_text(v) for k, v in mapping.items()}
 
 
 def parse_spans(body: bytes, *, project_id: int, limits: Limits, max_items: int | None = None) -> tuple[list, list]:
