@@ -1,6 +1,10 @@
-"""The server-error handler (``handler500``): a metadata database that cannot be reached is an
-outage, not a bug, so it answers a clear 503 (an HTML page, or JSON for API/JSON URLs) with
-``Retry-After`` instead of Django's bare "Server Error (500)". Anything else stays a 500.
+"""The server-error handler (``handler500``): a metadata database that cannot be reached (a lost
+or refused connection, a locked embedded database) is an outage, not a bug, so it answers a clear
+503 (an HTML page, or JSON for API/JSON URLs) with ``Retry-After`` instead of Django's bare
+"Server Error (500)". A database that is up and refused what the request asked for is no outage:
+an ``IntegrityError``/``DataError`` (a duplicate, a missing required value, a value too long)
+answers 400, and a ``ProgrammingError``/``NotSupportedError`` (a bug) a plain 500. Anything else
+stays a 500.
 
 It renders without the database (no context processors, no ``request.user``): the failure may
 be exactly that the database is gone."""
@@ -9,12 +13,17 @@ from __future__ import annotations
 
 import sys
 
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, NotSupportedError, ProgrammingError
 from django.http import HttpResponse, JsonResponse
 from django.utils.html import escape
 
 DATABASE_DOWN = "The metadata database is unavailable. The page will work again when it returns; try again shortly."
 RETRY_AFTER_SECONDS = 10
+REFUSED = ("The request was refused: it conflicts with data already stored (for example a name that must be "
+           "unique) or leaves out a required value. Go back, correct it and try again.")
+
+# Errors from a database that answered: the request (or the code) is at fault, not the connection.
+NOT_AN_OUTAGE = (IntegrityError, DataError, ProgrammingError, NotSupportedError)
 
 
 def _wants_json(request) -> bool:
@@ -25,9 +34,22 @@ def _wants_json(request) -> bool:
     return "application/json" in accept and "text/html" not in accept
 
 
+def is_database_outage(exc: BaseException | None) -> bool:
+    """True for a database that cannot be reached or used right now (a 503), False for errors the
+    database raised about the request itself (integrity, data, SQL) and for everything else."""
+    return isinstance(exc, (DatabaseError, InterfaceError)) and not isinstance(exc, NOT_AN_OUTAGE)
+
+
 def server_error(request, *args, **kwargs):
     exc = sys.exc_info()[1]
-    if isinstance(exc, DatabaseError):
+    if isinstance(exc, (IntegrityError, DataError)):
+        if _wants_json(request):
+            return JsonResponse({"error": {"code": "conflict", "message": REFUSED, "details": []}}, status=400)
+        return HttpResponse(
+            "<!doctype html><html lang=\"en\"><head><title>Bad request (400)</title></head><body>"
+            f"<h1>Bad request</h1><p>{escape(REFUSED)}</p></body></html>",
+            status=400, content_type="text/html; charset=utf-8")
+    if is_database_outage(exc):
         if _wants_json(request):
             response = JsonResponse({"error": {"code": "database_unavailable", "message": DATABASE_DOWN,
                                                "details": []}}, status=503)
