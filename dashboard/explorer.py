@@ -33,6 +33,10 @@ from .trace_math import PHASES
 NS = 1_000_000_000
 MS = 1_000_000
 TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+# The trace-id filter also takes the start of an id (the explorer shows the first 12 characters):
+# at least 8 hex characters, matched as a prefix among the project's traces of any time.
+TRACE_ID_PREFIX = re.compile(r"^[0-9a-f]{8,32}$")
+MIN_TRACE_ID_PREFIX = 8
 STATUSES = ("ok", "error")
 SORTS = ("start", "duration", "ttft", "cost")
 DIRECTIONS = ("asc", "desc")
@@ -77,16 +81,19 @@ class QueryError(ValueError):
 
 @dataclass(frozen=True)
 class Cursor:
-    """Where the next page starts: after the row with this sort value and trace id."""
+    """Where the next page starts: after the row with this sort value and trace id or, ``before``,
+    the page that ends just before it (the Previous link: the same keyset read backwards)."""
 
     sort: str
     direction: str
     key: int | float
     trace_id: str
+    before: bool = False
 
     def encode(self) -> str:
         key = self.key if not isinstance(self.key, float) else repr(self.key)
-        raw = json.dumps([self.sort, self.direction, key, self.trace_id], separators=(",", ":")).encode()
+        fields = [self.sort, self.direction, key, self.trace_id] + ([1] if self.before else [])
+        raw = json.dumps(fields, separators=(",", ":")).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod
@@ -95,7 +102,11 @@ class Cursor:
         ordering would skip or repeat rows)."""
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            c_sort, c_dir, key, trace_id = json.loads(raw)
+            fields = json.loads(raw)
+            if not isinstance(fields, list) or len(fields) not in (4, 5) or fields[4:] not in ([], [1]):
+                raise ValueError("not a cursor")
+            c_sort, c_dir, key, trace_id = fields[:4]
+            before = len(fields) == 5
         except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
             raise QueryError("cursor", "is not a cursor this page wrote; start from the first page") from None
         if c_sort != sort or c_dir != direction:
@@ -111,7 +122,7 @@ class Cursor:
                 raise QueryError("cursor", "is not a cursor this page wrote; start from the first page")
         elif not isinstance(key, int) or isinstance(key, bool) or not -1 <= key <= _INT64_MAX:
             raise QueryError("cursor", "is not a cursor this page wrote; start from the first page")
-        return cls(sort=sort, direction=direction, key=key, trace_id=trace_id)
+        return cls(sort=sort, direction=direction, key=key, trace_id=trace_id, before=before)
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,7 @@ class ExplorerQuery:
     max_duration_ns: int | None = None
     min_ttft_ns: int | None = None
     attribute: tuple[str, str] | None = None  # a span attribute key and its exact value
-    trace_id: str = ""  # one trace, whatever the time range
+    trace_id: str = ""  # one trace (or, shorter than 32, the traces whose id starts so), whatever the time range
     sort: str = "start"
     direction: str = "desc"
     cursor: Cursor | None = None
@@ -143,8 +154,9 @@ class ExplorerQuery:
             raise QueryError("status", "must be ok or error")
         if self.phase and self.phase not in PHASES:
             raise QueryError("phase", f"must be one of {', '.join(PHASES)}")
-        if self.trace_id and not TRACE_ID.match(self.trace_id):
-            raise QueryError("trace_id", "must be 32 lowercase hex characters")
+        if self.trace_id and not TRACE_ID_PREFIX.match(self.trace_id):
+            raise QueryError("trace_id", f"must be a trace id or its first {MIN_TRACE_ID_PREFIX} or more characters"
+                                         " (lowercase hex)")
         if self.end_ns <= self.start_ns:
             raise QueryError("to", "must be after the start of the range")
         if not 1 <= self.limit <= MAX_PAGE_SIZE:
@@ -210,6 +222,7 @@ class ExplorerRow:
 class ExplorerPage:
     rows: list[ExplorerRow]
     next_cursor: Cursor | None  # None: this is the last page
+    prev_cursor: Cursor | None = None  # None: this is the first page
 
 
 _ROW_COLUMNS = """trace_id, toUnixTimestamp64Nano(start_time) AS start_ns, e2e_ns, has_root, root_name, service,
@@ -244,7 +257,13 @@ def _conditions(q: ExplorerQuery, *, project_id: int, trace_start_ns: int | None
     find it by its primary key."""
     where = ["project_id = {project_id:UInt64}"]
     params: dict = {"project_id": project_id}
-    if q.trace_id:
+    if q.trace_id and len(q.trace_id) < 32:
+        # A short id: every trace of the project whose id starts so, any time (``traces`` is
+        # ordered by trace id, so the prefix reads a narrow key range).
+        where.append("trace_id IN (SELECT trace_id FROM traces WHERE project_id = {project_id:UInt64}"
+                     " AND startsWith(trace_id, {trace_prefix:String}))")
+        params["trace_prefix"] = q.trace_id
+    elif q.trace_id:
         where.append("trace_id = {trace_id:FixedString(32)}")
         params["trace_id"] = q.trace_id
         if trace_start_ns is not None:
@@ -299,7 +318,8 @@ def _conditions(q: ExplorerQuery, *, project_id: int, trace_start_ns: int | None
 
 
 def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
-    """One page of the project's traces matching ``query``, in its sort order, after its cursor.
+    """One page of the project's traces matching ``query``, in its sort order, after its cursor
+    (or, for a ``before`` cursor, the page just before it: read backwards, then turned round).
 
     Read from ``traces_by_start`` (the summaries ordered by start: a time window reads only its
     own days and granules). A row there whose trace has a newer summary (not merged away yet, or
@@ -308,11 +328,12 @@ def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
     are dropped and, rarely, more candidates are read.
     """
     trace_start_ns = None
-    if query.trace_id:
+    if len(query.trace_id) == 32:
         summary = trace_summary(project_id=project_id, trace_id=query.trace_id)
         if summary is None:
             return ExplorerPage(rows=[], next_cursor=None)
         trace_start_ns = summary.start_ns
+    backward = query.cursor is not None and query.cursor.before
     kept: list[ExplorerRow] = []
     seen: set[str] = set()
     cursor = query.cursor
@@ -322,7 +343,7 @@ def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
         # are older versions not merged away yet.
         fetch = wanted + wanted // 2 + 4
         batch = _candidates(project_id=project_id, query=query, cursor=cursor, limit=fetch,
-                            trace_start_ns=trace_start_ns)
+                            trace_start_ns=trace_start_ns, backward=backward)
         latest = _latest_versions(project_id=project_id, trace_ids=[r.trace_id for r in batch])
         for row in batch:
             if latest.get(row.trace_id) == row.version and row.trace_id not in seen:
@@ -331,26 +352,53 @@ def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
         if len(batch) < fetch:
             break
         cursor = _cursor_after(query, batch[-1])
-    next_cursor = None
-    if len(kept) > query.limit:
-        kept = kept[: query.limit]
-        next_cursor = _cursor_after(query, kept[-1])
-    return ExplorerPage(rows=kept, next_cursor=next_cursor)
+    more = len(kept) > query.limit
+    kept = kept[: query.limit]
+    if backward:
+        kept.reverse()
+        # Read backwards from the cursor: the page after this one exists (the cursor's own row).
+        return ExplorerPage(rows=kept, next_cursor=_cursor_after(query, kept[-1]) if kept else None,
+                            prev_cursor=_cursor_after(query, kept[0], before=True) if more and kept else None)
+    return ExplorerPage(rows=kept, next_cursor=_cursor_after(query, kept[-1]) if more else None,
+                        prev_cursor=_cursor_after(query, kept[0], before=True) if query.cursor and kept else None)
 
 
-def _cursor_after(query: ExplorerQuery, row: ExplorerRow) -> Cursor:
+def explorer_count(*, project_id: int, query: ExplorerQuery) -> int:
+    """How many traces match ``query`` (its cursor aside): each trace once, by its latest summary,
+    as ``explorer_page`` lists them."""
+    if len(query.trace_id) == 32:
+        summary = trace_summary(project_id=project_id, trace_id=query.trace_id)
+        if summary is None:
+            return 0
+        where, params = _conditions(query, project_id=project_id, trace_start_ns=summary.start_ns)
+    else:
+        where, params = _conditions(query, project_id=project_id)
+    matching = f"SELECT trace_id, version FROM traces_by_start WHERE {' AND '.join(where)}"
+    sql = (
+        f"SELECT uniqExact(trace_id) AS n FROM ({matching}) AS m\n"
+        "WHERE (trace_id, version) IN (SELECT trace_id, max(version) FROM traces"
+        " WHERE project_id = {project_id:UInt64}"
+        f" AND trace_id IN (SELECT trace_id FROM ({matching})) GROUP BY trace_id)"
+    )
+    result = get_store().query(sql, params, tag="dashboard.explorer.explorer_count")
+    return int(result.rows[0][0]) if result.rows else 0
+
+
+def _cursor_after(query: ExplorerQuery, row: ExplorerRow, *, before: bool = False) -> Cursor:
     key = float(row.sort_key) if query.sort == "cost" else int(row.sort_key)
-    return Cursor(sort=query.sort, direction=query.direction, key=key, trace_id=row.trace_id)
+    return Cursor(sort=query.sort, direction=query.direction, key=key, trace_id=row.trace_id, before=before)
 
 
 def _candidates(*, project_id: int, query: ExplorerQuery, cursor: Cursor | None, limit: int,
-                trace_start_ns: int | None) -> list[ExplorerRow]:
+                trace_start_ns: int | None, backward: bool = False) -> list[ExplorerRow]:
+    """Candidates after ``cursor`` in the query's order or, ``backward``, before it in the reverse
+    order (the sort keys, unknown values included, stay those of the query's direction)."""
     where, params = _conditions(query, project_id=project_id, trace_start_ns=trace_start_ns)
     sort_sql, sort_type = _SORT_SQL[query.sort]
     null_key = _null_key(query.sort, query.direction)
     if null_key is not None:
         params["null_key"] = null_key
-    op, order = (">", "ASC") if query.direction == "asc" else ("<", "DESC")
+    op, order = (">", "ASC") if (query.direction == "asc") != backward else ("<", "DESC")
     # By start: the table's own order (start_time, trace_id), so ClickHouse reads in order from the
     # window's end and stops after the page; other sorts read the window and sort it.
     order_by = "start_time" if query.sort == "start" else "sort_key"

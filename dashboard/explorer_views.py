@@ -15,8 +15,8 @@ from store import StoreError
 
 from .charts import PHASE_COLORS
 from .explorer import (
-    DIRECTIONS, MS, PAGE_SIZE, PHASES, SORTS, STATUSES, Cursor, ExplorerQuery, QueryError, explorer_facets,
-    explorer_page, explorer_rows_for_ids,
+    DIRECTIONS, MIN_TRACE_ID_PREFIX, MS, PAGE_SIZE, PHASES, SORTS, STATUSES, TRACE_ID_PREFIX, Cursor, ExplorerQuery,
+    QueryError, explorer_count, explorer_facets, explorer_page, explorer_rows_for_ids,
 )
 from .filters import FilterBar, filter_bar_from_query
 from .project_scope import current_project
@@ -44,8 +44,8 @@ def _ms(params, key: str, errors: dict) -> int | None:
 def explorer_query_parse(params, *, bar: FilterBar) -> tuple[ExplorerQuery | None, dict[str, str]]:
     """The explorer query of a request, or None and ``{parameter: message}``."""
     errors: dict[str, str] = {}
-    for message in bar.errors:
-        errors.setdefault(message.split(" ", 1)[0].split("/", 1)[0], message)
+    for name, message in bar.field_errors:  # messages without the name: the page shows it beside them
+        errors.setdefault(name, message)
     status = (params.get("status") or "").strip()
     if status and status not in STATUSES:
         errors["status"] = "must be ok or error"
@@ -67,8 +67,9 @@ def explorer_query_parse(params, *, bar: FilterBar) -> tuple[ExplorerQuery | Non
         else:
             attribute = (key, value)
     trace_id = (params.get("trace_id") or "").strip().lower()
-    if trace_id and not re.fullmatch(r"[0-9a-f]{32}", trace_id):
-        errors["trace_id"] = "must be 32 hex characters"
+    if trace_id and not TRACE_ID_PREFIX.match(trace_id):
+        errors["trace_id"] = (f"must be a trace id (32 hex characters) or its first {MIN_TRACE_ID_PREFIX} or more,"
+                              " as the list shows it")
     sort = params.get("sort") or "start"
     if sort not in SORTS:
         errors["sort"] = f"must be one of {', '.join(SORTS)}"
@@ -115,7 +116,7 @@ def traces_explorer(request):
     query, errors = explorer_query_parse(request.GET, bar=bar)
     context = {
         "filters": bar, "filter_choices": {"services": [], "models": []}, "errors": errors, "query": query,
-        "rows": [], "next_url": "", "store_error": None, "phase_colors": PHASE_COLORS, "phases": PHASES,
+        "rows": [], "next_url": "", "prev_url": "", "total": None, "store_error": None, "phase_colors": PHASE_COLORS, "phases": PHASES,
         "statuses": STATUSES, "sort_headers": _sort_headers(bar, query), "params": request.GET,
         "first_page_url": bar.url(cursor=None), "is_paged": bool(query and query.cursor),
         "live_inserts": bool(query and query.sort == "start" and query.direction == "desc" and not query.cursor),
@@ -127,8 +128,15 @@ def traces_explorer(request):
             if query is not None:
                 page = explorer_page(project_id=project.pk, query=query)
                 context["rows"] = page.rows
+                total = explorer_count(project_id=project.pk, query=query)
+                context["total"] = total
+                context["total_text"] = f"{total:,} trace{'' if total == 1 else 's'}"
                 if page.next_cursor is not None:
                     context["next_url"] = bar.url(cursor=page.next_cursor.encode())
+                if page.prev_cursor is not None:
+                    context["prev_url"] = bar.url(cursor=page.prev_cursor.encode())
+                elif query.cursor is not None and not query.cursor.before:  # past the end: back to the start
+                    context["prev_url"] = context["first_page_url"]
         except StoreError as exc:
             log.error("trace explorer failed: %s", exc)
             context["store_error"] = STORE_DOWN
@@ -170,4 +178,5 @@ def traces_explorer_json(request):
     return JsonResponse({
         "project_id": project.pk, "rows": [r.as_json() for r in page.rows],
         "next_cursor": page.next_cursor.encode() if page.next_cursor else None,
+        "prev_cursor": page.prev_cursor.encode() if page.prev_cursor else None,
     })

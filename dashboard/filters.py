@@ -34,7 +34,10 @@ class FilterBar:
     service: str = ""
     model: str = ""
     params: dict[str, str] = field(default_factory=dict)  # every non-empty parameter of the request
-    errors: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()  # whole sentences ("range must be one of …"), for the bar itself
+    # The same errors as (parameter, message without the parameter's name), for a page that lists
+    # them under the parameter ("<code>range</code> must be one of …"), so the name is not said twice.
+    field_errors: tuple[tuple[str, str], ...] = ()
 
     @property
     def start_ns(self) -> int:
@@ -88,6 +91,15 @@ def _name(query, key: str, errors: list[str]) -> str:
     return value
 
 
+def _field_error(message: str) -> tuple[str, str]:
+    """("range", "must be one of …") of "range must be one of …"; "from/to must …" is from's."""
+    name, _, rest = message.partition(" ")
+    if "/" in name:  # "from/to must be …": both named, filed under the first
+        first, _, others = name.partition("/")
+        return first, f"(and {others.replace('/', ', ')}) {rest}"
+    return name, rest
+
+
 def filter_bar_from_query(query, *, default_range: str = "24h", now: datetime | None = None) -> FilterBar:
     """The filter bar of a request's query string (a QueryDict or a mapping). Never raises: a bad
     value falls back to its default and adds a message to ``errors``."""
@@ -103,4 +115,5 @@ def filter_bar_from_query(query, *, default_range: str = "24h", now: datetime | 
     for key, value in (("service", service), ("model", model)):
         if not value:
             params.pop(key, None)
-    return FilterBar(window=window, service=service, model=model, params=params, errors=tuple(errors))
+    return FilterBar(window=window, service=service, model=model, params=params, errors=tuple(errors),
+                     field_errors=tuple(_field_error(e) for e in errors))

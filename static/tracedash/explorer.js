@@ -72,6 +72,15 @@
     const badge = el("span", { class: `status status-${row.status === "error" ? "error" : "ok"}` }, row.status);
     if (row.error_message) badge.title = row.error_message;
     status.appendChild(badge);
+    status.className = "status-cell";
+    if (row.error_message) {
+      // The error's text (escaped: textContent), cut to 80 characters; the whole of it on hover.
+      const text = row.error_message.length > 80 ? row.error_message.slice(0, 79) + "…" : row.error_message;
+      status.appendChild(document.createTextNode(" "));
+      const message = el("span", { class: "error-message" }, text);
+      message.title = row.error_message;
+      status.appendChild(message);
+    }
     tr.appendChild(status);
     tr.appendChild(td(String(row.span_count), "num"));
     const phases = el("td", { class: "phases-col" });
