@@ -142,9 +142,26 @@ def _branch(prop: dict, type_: str) -> dict:
     return next(b for b in _branches(prop) if b.get("type") == type_)
 
 
+def _integer_only(prop: dict) -> None:
+    """An integer field's struct type is ``int | float`` (a float is taken when its value is whole,
+    ``812.0`` or ``70e9``); JSON Schema's ``integer`` already means any number with no fraction, so
+    the schema shows the integer branch alone."""
+    branches = prop.get("anyOf")
+    if branches and any(b.get("type") == "integer" for b in branches):
+        kept = [b for b in branches if b.get("type") != "number"]
+        if len(kept) == 1:
+            prop.pop("anyOf")
+            prop.update(kept[0])
+        else:
+            prop["anyOf"] = kept
+
+
 def _item_schemas() -> dict[str, dict]:
     _, components = msgspec.json.schema_components([SpanIn, ResourceSampleIn], ref_template=REF)
     schemas = {_RENAMES[name]: _rename_refs(schema) for name, schema in components.items()}
+    for schema in schemas.values():
+        for prop in schema.get("properties", {}).values():
+            _integer_only(prop)
     for name, (description, fields) in _DESCRIPTIONS.items():
         schema = schemas[name]
         missing = set(schema["properties"]) ^ set(fields)

@@ -24,6 +24,7 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (ExportMetricsServiceRequest,
@@ -100,11 +101,11 @@ def _json_value(value):
         return None
     (kind, inner), = list(value.items())[:1]
     if kind == "stringValue":
-        return inner
+        return float(inner) if type(inner) is Decimal else inner
     if kind == "boolValue":
         return bool(inner)
     if kind == "intValue":
-        return int(inner)
+        return _json_int(inner, "intValue")
     if kind == "doubleValue":
         return float(inner)
     if kind == "arrayValue":
@@ -112,7 +113,7 @@ def _json_value(value):
     if kind == "kvlistValue":
         return _json_attributes((inner or {}).get("values", []))
     if kind == "bytesValue":
-        return inner
+        return float(inner) if type(inner) is Decimal else inner
     return None
 
 
@@ -128,6 +129,14 @@ def _json_attributes(items) -> dict:
 
 
 def _json_int(value, what: str) -> int:
+    """An OTLP JSON integer: a number with a whole value in any notation (``1764504000123456789``,
+    ``1.7645040001234568e18``: read exactly, see ``_json_object``) or a decimal string."""
+    if type(value) is Decimal:
+        if value != value.to_integral_value():
+            raise OtlpDecodeError(f"{what} must be a whole number, got {str(value)[:40]}")
+        return int(value)
+    if isinstance(value, bool):
+        raise OtlpDecodeError(f"{what} is not an integer: {value!r}")
     try:
         return int(value or 0)
     except (TypeError, ValueError):
@@ -136,7 +145,9 @@ def _json_int(value, what: str) -> int:
 
 def _json_object(body: bytes) -> dict:
     try:
-        payload = json.loads(body)
+        # Numbers with a fraction or exponent as exact Decimals: a time written 1.7645040001234568e18
+        # keeps every digit (a float would not above 2**53); ``_json_int`` refuses a fraction.
+        payload = json.loads(body, parse_float=Decimal)
     except RecursionError:
         raise OtlpDecodeError("JSON is nested too deeply") from None
     except ValueError as exc:
@@ -237,8 +248,12 @@ def _number(attributes: dict, keys: tuple[str, ...], field_name: str, *, integer
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise FieldError(f"attributes.{key}", "expected a number")
         try:
-            number = int(value) if integer else float(value)
-        except ValueError:
+            number = float(value)
+            if integer:  # a whole number in any notation: 812, 812.0, "812", 8.12e2
+                if not number.is_integer():
+                    raise FieldError(f"attributes.{key}", f"expected a whole number, got {value!r}")
+                number = int(value) if type(value) is int else int(number)
+        except (ValueError, OverflowError):
             raise FieldError(f"attributes.{key}", "expected a number") from None
         if number < 0 or number != number:
             raise FieldError(f"attributes.{key}", "must be a non-negative number")

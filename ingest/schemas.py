@@ -2,7 +2,9 @@
 
 Each span (or resource sample) is checked on its own: a bad one is rejected with the field at
 fault and the rest of the batch is still stored. Unknown fields are ignored, so clients can send
-extra data safely. Nothing is coerced silently: a wrong type is an error naming the field.
+extra data safely. Nothing is coerced silently: a wrong type is an error naming the field. A JSON number with an
+integral value is a whole number whatever its notation (``70e9``, ``812.0``): integer fields take
+it, and refuse ``70.5`` naming the field.
 
 Types, patterns and ranges are checked by msgspec structs (in C, while decoding); the rules that
 need code (times, attribute flattening and size bounds, cross-field checks) follow in Python.
@@ -14,6 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -56,10 +59,43 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# Every integer below 2**53 is exactly a float: from it on a decoded float may differ from the number
+# written (1764504000123456789.0), so such values are read again from the JSON text (``_exact``).
+EXACT_FLOAT_LIMIT = 2**53
+
+
+class _NotFast(Exception):
+    """The batch needs the per-item path (a key or value the fast bounds cannot accept, a float time)."""
+
+
+def whole_number(value, field: str) -> int:
+    """A JSON number with an integral value (``812``, ``812.0``, ``70e9``, exact ``Decimal``) as an
+    int; a fraction is refused naming the field."""
+    kind = type(value)
+    if kind is int:
+        return value
+    if kind is float:
+        if not value.is_integer():
+            raise FieldError(field, f"expected a whole number, got {value!r}")
+        if abs(value) >= EXACT_FLOAT_LIMIT:
+            raise _NotFast  # not reached for fields whose float form is bounded by EXACT_FLOAT_LIMIT
+        return int(value)
+    if kind is Decimal:
+        if not value.is_finite() or value != value.to_integral_value():
+            raise FieldError(field, f"expected a whole number, got {value}")
+        return int(value)
+    raise FieldError(field, f"expected a whole number, got {kind.__name__}")
+
+
 def parse_time_ns(value, field: str) -> int:
-    """RFC 3339 text (nanosecond precision kept) or integer unix nanoseconds."""
+    """RFC 3339 text (nanosecond precision kept) or integer unix nanoseconds (any JSON notation of a
+    whole number: a float time is read exactly from its text by the per-item path, ``_exact``)."""
     if _is_int(value):
         ns = value
+    elif type(value) is float:
+        raise _NotFast  # unix nanoseconds are above 2**53: the decoded float may not be the number sent
+    elif type(value) is Decimal:
+        ns = whole_number(value, field)
     elif isinstance(value, str):
         match = _RFC3339.match(value)
         if not match:
@@ -141,11 +177,14 @@ Hex16 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{16}\\Z")]
 Label = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_CHARS)]
 Milliseconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_DURATION_MS)]
 Cost = Annotated[float, msgspec.Meta(ge=0, le=MAX_COST_USD)]
-Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_UINT32)]
-Time = int | str
+# Integer fields also take a float (a JSON number written 812.0 or 70e9); ``whole_number`` then
+# refuses a fraction (a float above 2**53 is first read again exactly from the item's text).
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_UINT32)] | Annotated[float, msgspec.Meta(ge=0, le=MAX_UINT32)]
+Time = int | float | str
 Phase = Literal["network", "preprocess", "inference", "postprocess", "other"]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
-Bytes = Annotated[int, msgspec.Meta(ge=0, le=MAX_BYTES)]
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=MAX_BYTES)] | Annotated[float, msgspec.Meta(ge=0, le=MAX_BYTES)]
+GpuIndex = Annotated[int, msgspec.Meta(ge=-1, le=1024)] | Annotated[float, msgspec.Meta(ge=-1, le=1024)]
 
 
 class EventIn(msgspec.Struct):
@@ -192,7 +231,7 @@ class ProcessIn(msgspec.Struct):
 class ResourceSampleIn(msgspec.Struct):
     host: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_CHARS)]
     time: Time
-    gpu_index: Annotated[int, msgspec.Meta(ge=-1, le=1024)] = -1
+    gpu_index: GpuIndex = -1
     gpu_uuid: Label = ""
     gpu_name: Label = ""
     gpu_utilization: Percent | None = None
@@ -212,6 +251,13 @@ class SamplesIn(msgspec.Struct):
 
 _span_decoder = msgspec.json.Decoder(SpanIn)
 _sample_decoder = msgspec.json.Decoder(ResourceSampleIn)
+# Untyped, every non-integer JSON number as an exact Decimal of its text.
+_exact_decoder = msgspec.json.Decoder(float_hook=Decimal)
+
+
+def _exact(raw) -> dict:
+    """The item's JSON with every number written with a fraction or exponent as an exact Decimal."""
+    return _exact_decoder.decode(raw)
 _PATH = re.compile(r" - at `\$\.?(.*)`$")
 _MISSING = re.compile(r"^Object missing required field `([^`]*)`$")
 
@@ -256,6 +302,16 @@ def decode_envelope(body: bytes, envelope, *, name: str) -> list:
 def parse_span(raw, *, project_id: int, limits: Limits) -> dict:
     """One native JSON span (raw JSON bytes) -> a row of ``store.schema.SPANS`` (raises FieldError)."""
     span = _decode_item(_span_decoder, raw, kind="span")
+    if type(span.start_time) is float or type(span.end_time) is float or (
+            span.events and any(type(event.time) is float for event in span.events)):
+        exact = _exact(raw)
+        if type(span.start_time) is float:
+            span.start_time = exact["start_time"]
+        if type(span.end_time) is float:
+            span.end_time = exact["end_time"]
+        for event, sent in zip(span.events or (), exact.get("events") or ()):
+            if type(event.time) is float:
+                event.time = sent["time"]
     resource, resource_field = ((span.resource_attributes, "resource_attributes") if span.resource_attributes is not None
                                 else (span.resource, "resource"))
     return _span_row(span, project_id, limits, flatten_attributes(span.attributes, "attributes", limits),
@@ -316,8 +372,8 @@ def _span_row(span, project_id: int, limits: Limits, attributes: dict, resource:
         "status": span.status or "ok",
         "status_message": message,
         "ttft_ns": None if span.ttft_ms is None else round(span.ttft_ms * 1_000_000),
-        "input_tokens": span.input_tokens or 0,
-        "output_tokens": span.output_tokens or 0,
+        "input_tokens": whole_number(span.input_tokens, "input_tokens") if span.input_tokens else 0,
+        "output_tokens": whole_number(span.output_tokens, "output_tokens") if span.output_tokens else 0,
         "cost_usd": None if span.cost_usd is None else float(span.cost_usd),
         "attributes": attributes,
         "resource_attributes": resource,
@@ -364,10 +420,6 @@ def _scalar_text(value) -> str:
     if kind is float:
         return repr(value)
     return ""  # None
-
-
-class _NotFast(Exception):
-    """The batch needs the per-item path (a key or value the fast bounds cannot accept)."""
 
 
 def _flat_texts(mapping: dict | None, max_key: int, max_value: int) -> dict:
@@ -441,12 +493,38 @@ def _check_count(count: int, maximum: int | None) -> None:
 def parse_resource_sample(raw, *, project_id: int) -> dict:
     """One native JSON resource sample -> a row of ``store.schema.RESOURCE_SAMPLES``."""
     sample = _decode_item(_sample_decoder, raw, kind="sample")
+    exact: list = []
+
+    def whole(value, field: str, *path):
+        """An integer field written as a float (``70e9``): its whole value, exact above 2**53."""
+        if value >= EXACT_FLOAT_LIMIT:
+            if not exact:
+                exact.append(_exact(raw))
+            value = exact[0]
+            for key in path:
+                value = value[key]
+        number = whole_number(value, field)
+        if number > MAX_BYTES:  # the float bound let 2**63 through
+            raise FieldError(field, f"must be at most {MAX_BYTES}")
+        return number
+
+    if type(sample.time) is float:
+        sample.time = whole(sample.time, "time", "time")
+    for name in ("gpu_index", "gpu_memory_used", "gpu_memory_total", "memory_used", "memory_total"):
+        value = getattr(sample, name)
+        if type(value) is float:
+            setattr(sample, name, whole(value, name, name))
+    processes = sample.processes or []
+    for i, process in enumerate(processes):
+        if type(process.pid) is float:
+            process.pid = whole(process.pid, f"processes[{i}].pid", "processes", i, "pid")
+        if type(process.gpu_memory) is float:
+            process.gpu_memory = whole(process.gpu_memory, f"processes[{i}].gpu_memory", "processes", i, "gpu_memory")
     if (sample.gpu_memory_used is not None and sample.gpu_memory_total is not None
             and sample.gpu_memory_used > sample.gpu_memory_total):
         raise FieldError("gpu_memory_used", "exceeds gpu_memory_total")
     if sample.memory_used is not None and sample.memory_total is not None and sample.memory_used > sample.memory_total:
         raise FieldError("memory_used", "exceeds memory_total")
-    processes = sample.processes or []
     return {
         "project_id": project_id,
         "time": parse_time_ns(sample.time, "time"),
