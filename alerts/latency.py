@@ -15,12 +15,15 @@ Per service (the root span's), over the window's requests:
 - ``network_p95_ms``: over the requests that spent any time on the network;
 - ``error_rate_percent``: error requests / requests; ``request_rate``: requests / window seconds.
 A service without a request in the window has no series this round (missing, never 0).
+Load-test traffic (traces whose spans carry ``loadtest.run_id``) is left out: a load test measures
+the service on purpose and must not page anyone (its report shows what it measured). Each
+series' ``sample_at`` is the start of its newest request.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timezone
 
 from dashboard.trace_math import PHASES, SPAN_FIELDS_SQL, trace_summarize
 from store import get_store
@@ -28,7 +31,7 @@ from store import get_store
 from .metrics import Series, series_key
 
 _SPANS_SQL = f"""
-SELECT trace_id, {SPAN_FIELDS_SQL}
+SELECT trace_id, {SPAN_FIELDS_SQL}, attributes['loadtest.run_id'] != '' AS loadtest
 FROM spans
 WHERE project_id = {{project_id:UInt64}}
   AND start_time > fromUnixTimestamp64Milli({{since_ms:Int64}})
@@ -69,6 +72,8 @@ def latency_series(rows: list[dict], *, since_ns: int, window_seconds: float, mo
     for spans in by_trace.values():
         if model and not any(s.get("model") == model for s in spans):
             continue
+        if any(s.get("loadtest") for s in spans):
+            continue
         summary = trace_summarize(spans)
         if not summary.has_root or summary.start_ns <= since_ns:
             continue
@@ -92,5 +97,6 @@ def latency_series(rows: list[dict], *, since_ns: int, window_seconds: float, mo
             values[f"phase_share_percent:{phase}"] = (100.0 * sum(t.phase_ns.get(phase, 0) for t in traces) / total
                                                       if total > 0 else None)
         labels = {"service": service}
-        out.append(Series(series_key(labels), labels, values))
+        newest = max(t.start_ns for t in traces)
+        out.append(Series(series_key(labels), labels, values, datetime.fromtimestamp(newest / 1e9, tz=timezone.utc)))
     return out

@@ -1,6 +1,10 @@
 """The values rules compare: one ClickHouse query per (project, source, window[, model]) per round,
 shared by every rule that needs it (1,000 rules over a handful of windows cost a handful of queries).
 
+Each series also carries ``sample_at``, the time of its newest sample in the window (for resources
+and processes the newest sample row, for latency the newest request's start): the state machine's
+``for`` needs breaching samples that span it, not evaluations.
+
 Sources:
 - ``resources``: ``resource_samples`` in the window, one row per (host, gpu_index) with the
   latest / average / max / min of each figure. GPU memory % = 100 × gpu_memory_used /
@@ -16,7 +20,7 @@ Sources:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 from store import get_store
 
@@ -37,7 +41,7 @@ _RESOURCE_FIGURES = {
 _AGG_SQL = {"last": "argMax({c}, time)", "avg": "avg({c})", "max": "max({c})", "min": "min({c})"}
 
 _RESOURCES_SQL = """
-SELECT host, gpu_index, {aggregates}
+SELECT host, gpu_index, toUnixTimestamp64Milli(max(time)) AS last_ms, {aggregates}
 FROM (
     SELECT host, gpu_index, time, {figures}
     FROM resource_samples
@@ -58,6 +62,7 @@ SELECT host, gpu_index, pid,
        min(tm) AS first_ms,
        argMaxIf(mem, tm, tm > {since_ms:Int64}) AS current,
        countIf(tm > {since_ms:Int64}) AS in_window,
+       maxIf(tm, tm > {since_ms:Int64}) AS last_ms,
        arrayMin(arrayMap(x -> x.2, arrayFilter(x -> x.1 <= first_ms + {baseline_ms:Int64}, groupArray((tm, mem))))) AS baseline
 FROM (
     SELECT host, gpu_index, toUnixTimestamp64Milli(time) AS tm, pid, pname, mem
@@ -78,6 +83,7 @@ class Series:
     key: str
     labels: dict
     values: dict  # "<metric>__<agg>" (resources) or "<metric>" -> float | None
+    sample_at: datetime | None = None  # the newest sample behind the values (the `for` coverage)
 
 
 def source_of(metric: str) -> str:
@@ -107,8 +113,12 @@ def resources_fetch(*, project_id: int, window_seconds: int, now: datetime) -> l
         gpu = int(row["gpu_index"])
         labels = {"host": row["host"]} if gpu < 0 else {"host": row["host"], "gpu": str(gpu)}
         values = {k: (None if v is None else float(v)) for k, v in row.items() if "__" in k}
-        out.append(Series(series_key(labels), labels, values))
+        out.append(Series(series_key(labels), labels, values, _when(row.get("last_ms"))))
     return out
+
+
+def _when(ms) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(int(ms) / 1000, tz=timezone.utc)
 
 
 def processes_fetch(*, project_id: int, window_seconds: int, now: datetime) -> list[Series]:
@@ -125,7 +135,7 @@ def processes_fetch(*, project_id: int, window_seconds: int, now: datetime) -> l
                   "process": row["name"]}
         baseline = row["baseline"]
         ratio = None if not baseline else float(row["current"]) / float(baseline)  # 0 baseline: no ratio, not infinity
-        out.append(Series(series_key(labels), labels, {Metric.PROCESS_LEAK_RATIO.value: ratio}))
+        out.append(Series(series_key(labels), labels, {Metric.PROCESS_LEAK_RATIO.value: ratio}, _when(row.get("last_ms"))))
     return out
 
 

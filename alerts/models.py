@@ -175,6 +175,8 @@ class AlertSeries(models.Model):
     last_breach_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     missing_since = models.DateTimeField(null=True, blank=True)
+    # the newest breaching sample seen: the `for` coverage and its gap check (state_machine)
+    last_sample_at = models.DateTimeField(null=True, blank=True)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     updated_at = models.DateTimeField(null=True, blank=True)

@@ -98,20 +98,32 @@ def lease_release(*, name: str = LEASE_NAME, holder: str, round_ms: float | None
 
 # --- the round -----------------------------------------------------------------------------------
 
+GAP_MIN_SECONDS = 30
+GAP_MAX_SECONDS = 120
+
+
+def gap_tolerance(window_seconds: float) -> float:
+    """The longest gap between two breaching samples that still counts as one continuous breach
+    for a rule's ``for``: the rule's window (a sample in the window still backs the value), at
+    least 30 s (a few missed samples of an agent sampling every few seconds), at most 2 minutes."""
+    return float(min(max(window_seconds, GAP_MIN_SECONDS), GAP_MAX_SECONDS))
+
+
 def _spec(rule: AlertRule) -> RuleSpec:
     return RuleSpec(comparator=rule.comparator, threshold=rule.threshold, for_seconds=rule.for_seconds,
                     keep_firing_for_seconds=rule.keep_firing_for_seconds, missing_data=rule.missing_data,
-                    grace_seconds=rule.missing_grace_seconds)
+                    grace_seconds=rule.missing_grace_seconds, gap_seconds=gap_tolerance(rule.window_seconds))
 
 
 def _state_of(series: AlertSeries) -> State:
     return State(state=series.state, value=series.value, no_data=series.no_data, active_since=series.active_since,
                  fired_at=series.fired_at, resolved_at=series.resolved_at, last_breach_at=series.last_breach_at,
-                 last_seen_at=series.last_seen_at, missing_since=series.missing_since)
+                 last_seen_at=series.last_seen_at, missing_since=series.missing_since,
+                 last_sample_at=series.last_sample_at)
 
 
 _STATE_FIELDS = ("state", "value", "no_data", "active_since", "fired_at", "resolved_at", "last_breach_at",
-                 "last_seen_at", "missing_since")
+                 "last_seen_at", "missing_since", "last_sample_at")
 
 
 RULE_SERIES_KEY = ""  # a rule's own series: "no data at all" under the `alert` missing-data policy
@@ -206,6 +218,7 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         fetch_key = _fetch_key(rule)
         candidates = by_host[fetch_key].get(rule.host, []) if rule.host else fetched[fetch_key]
         values = metrics.rule_values(rule, candidates)
+        sampled = {s.key: s.sample_at for s in candidates}
         mine = existing[rule.pk]
         watching = spec
         if rule.missing_data == "alert":
@@ -220,7 +233,8 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
             labels, value = values.get(key, (None, None))
             series = mine.get(key)
             before = _state_of(series) if series is not None else State()
-            after, transition = step(watching if key == RULE_SERIES_KEY else spec, before, value, now)
+            after, transition = step(watching if key == RULE_SERIES_KEY else spec, before, value, now,
+                                     sampled.get(key) if value is not None else None)
             if series is None:
                 if value is None and key != RULE_SERIES_KEY:
                     continue
@@ -309,7 +323,7 @@ def _disabled_rules_settle(now: datetime, project_ids: list[int] | None, report:
 
 
 _UPDATE_FIELDS = (*_STATE_FIELDS, "labels", "updated_at", "acknowledged_at", "acknowledged_by")
-_HEARTBEAT_FIELDS = ("value", "last_breach_at", "last_seen_at", "active_since", "updated_at")
+_HEARTBEAT_FIELDS = ("value", "last_breach_at", "last_seen_at", "active_since", "last_sample_at", "updated_at")
 _LOAD_FIELDS = ("id", "rule_id", "key", "labels", *_STATE_FIELDS, "acknowledged_at", "acknowledged_by_id", "updated_at")
 
 
@@ -619,7 +633,9 @@ def rule_create(*, project, channels=(), **fields) -> AlertRule:
     return rule
 
 
-# DESIGN §6 / DOMAIN.md rules of thumb, installed for every new project.
+# The field's rules of thumb, installed for every new project. Every one has a `for`: a single
+# sample never fires it (docs/alerts.md). `info` rules show on the alerts page only: never in the
+# banner, and they notify only through channels a user adds to them.
 DEFAULT_RULES = (
     dict(name="GPU memory ≥ 85 %", metric="gpu_memory_percent", aggregation="last", window_seconds=60,
          comparator="gte", threshold=85, for_seconds=60, keep_firing_for_seconds=60, severity="critical",
@@ -627,8 +643,8 @@ DEFAULT_RULES = (
                      "scale out before out-of-memory errors (the next larger batch or longer context may not fit).",
          runbook="Check the Resources page for the GPU and its processes; add a replica or lower max batch size / "
                  "context length; look for a leaking process (leak ratio rule)."),
-    dict(name="Host CPU > 70 % for 5 min", metric="host_cpu_percent", aggregation="avg", window_seconds=300,
-         comparator="gt", threshold=70, for_seconds=0, keep_firing_for_seconds=60, severity="warning",
+    dict(name="Host CPU > 70 % for 5 min", metric="host_cpu_percent", aggregation="avg", window_seconds=60,
+         comparator="gt", threshold=70, for_seconds=300, keep_firing_for_seconds=60, severity="warning",
          explanation="A host busy above 70 % for five minutes means pre/post-processing (tokenising, parsing, "
                      "serialising) competes with serving and needs optimising or more cores."),
     dict(name="GPU utilisation < 50 % for 30 min", metric="gpu_utilization", aggregation="avg", window_seconds=300,
@@ -641,7 +657,7 @@ DEFAULT_RULES = (
          explanation="A process holding 1.5× the GPU memory it used in its first 10 minutes keeps growing: a leak "
                      "(cached tensors, a growing KV cache) that ends in out-of-memory."),
     dict(name="P95 end-to-end > 1500 ms", metric="e2e_p95_ms", aggregation="window", window_seconds=300,
-         comparator="gt", threshold=1500, for_seconds=0, keep_firing_for_seconds=60, severity="warning",
+         comparator="gt", threshold=1500, for_seconds=300, keep_firing_for_seconds=60, severity="warning",
          explanation="Over 1.5 s at the 95th percentile of a chat request, users feel the wait."),
     dict(name="Inference share > 60 %", metric="phase_share_percent", phase="inference", aggregation="window",
          window_seconds=300, comparator="gt", threshold=60, for_seconds=300, keep_firing_for_seconds=0,

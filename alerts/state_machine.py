@@ -7,7 +7,13 @@ Per evaluation the series gets a value or ``None`` (no sample in the rule's wind
 never read as 0):
 
 - breaching (value compares true against the threshold): inactive/resolved -> pending (or straight
-  to firing when ``for`` is 0); pending -> firing once it has been breaching for ``for`` seconds;
+  to firing when ``for`` is 0); pending -> firing once breaching SAMPLES cover ``for`` seconds:
+  pending starts at the time of the first breaching sample seen (``sample_at``, the newest sample
+  behind the value), and fires when a later breaching sample is at least ``for`` seconds after it.
+  One sample is never ``for`` seconds, however long the evaluations go on: without new samples the
+  coverage does not grow. A gap between two successive breaching samples longer than the rule's
+  ``gap_seconds`` restarts the coverage at the later sample (the breach was not observed
+  continuously);
 - not breaching: pending -> inactive (nothing was ever notified); firing -> resolved once it has
   not breached for ``keep_firing_for`` seconds (0: at once);
 - missing: ``keep_last`` keeps the state as it is, ``alert`` counts as breaching, ``resolve`` as not
@@ -31,6 +37,7 @@ class RuleSpec:
     keep_firing_for_seconds: float = 0.0
     missing_data: str = "keep_last"  # keep_last | alert | resolve
     grace_seconds: float = 300.0
+    gap_seconds: float = 60.0  # longest gap between two breaching samples that still counts as continuous
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class State:
     last_breach_at: datetime | None = None
     last_seen_at: datetime | None = None
     missing_since: datetime | None = None
+    last_sample_at: datetime | None = None  # the newest sample behind the last breaching value
     stale: bool = False  # no data for longer than the grace period
 
 
@@ -66,15 +74,19 @@ def breaches(comparator: str, value: float, threshold: float) -> bool:
     raise ValueError(f"unknown comparator {comparator!r}")
 
 
-def step(rule: RuleSpec, current: State, value: float | None, now: datetime) -> tuple[State, Transition | None]:
-    """The series' state after one evaluation at ``now`` with ``value`` (None: missing)."""
+def step(rule: RuleSpec, current: State, value: float | None, now: datetime,
+         sample_at: datetime | None = None) -> tuple[State, Transition | None]:
+    """The series' state after one evaluation at ``now`` with ``value`` (None: missing).
+
+    ``sample_at``: the time of the newest sample behind ``value`` (default ``now``: one sample per
+    evaluation). Missing data that counts as breaching (policy ``alert``) is covered by the clock."""
     if value is None or value != value:  # NaN (0/0) is missing too
         missing_since = current.missing_since or now
         st = replace(current, no_data=True, missing_since=missing_since)
         seen = current.last_seen_at or missing_since
         gone = (now - seen).total_seconds() >= rule.grace_seconds
         if rule.missing_data == "alert":
-            return _apply(rule, st, True, now, "no data")
+            return _apply(rule, st, True, now, "no data", sample_at=now)
         if gone:
             st = replace(st, stale=True)
             return _apply(rule, st, False, now, "no data for the grace period", force_resolve=True)
@@ -83,24 +95,32 @@ def step(rule: RuleSpec, current: State, value: float | None, now: datetime) -> 
         return st, None  # keep_last
     st = replace(current, value=float(value), no_data=False, missing_since=None, last_seen_at=now, stale=False)
     hit = breaches(rule.comparator, float(value), rule.threshold)
-    return _apply(rule, st, hit, now, f"value {float(value):g}")
+    return _apply(rule, st, hit, now, f"value {float(value):g}", sample_at=sample_at or now)
 
 
-def _apply(rule: RuleSpec, st: State, hit: bool, now: datetime, reason: str, *,
+def _apply(rule: RuleSpec, st: State, hit: bool, now: datetime, reason: str, *, sample_at: datetime | None = None,
            force_resolve: bool = False) -> tuple[State, Transition | None]:
     before = st.state
     if hit:
-        st = replace(st, last_breach_at=now)
+        sample_at = min(sample_at or now, now)
+        previous = st.last_sample_at
+        st = replace(st, last_breach_at=now, last_sample_at=max(sample_at, previous) if previous else sample_at)
         if before in (INACTIVE, RESOLVED):
             if rule.for_seconds <= 0:
                 return replace(st, state=FIRING, active_since=now, fired_at=now, resolved_at=None), \
                     Transition(before, FIRING, reason)
-            return replace(st, state=PENDING, active_since=now), Transition(before, PENDING, reason)
+            return replace(st, state=PENDING, active_since=sample_at), Transition(before, PENDING, reason)
         if before == PENDING:
-            if now - st.active_since >= timedelta(seconds=rule.for_seconds):
+            newest = st.last_sample_at
+            if st.active_since is None or previous is None or \
+                    (newest - previous).total_seconds() > rule.gap_seconds:
+                # the breach was not observed continuously: the coverage starts again here
+                return replace(st, active_since=newest), None
+            if newest - st.active_since >= timedelta(seconds=rule.for_seconds):
                 return replace(st, state=FIRING, fired_at=now, resolved_at=None), Transition(PENDING, FIRING, reason)
             return st, None
         return st, None  # firing stays firing
+    st = replace(st, last_sample_at=None)
     if before == PENDING:
         return replace(st, state=INACTIVE, active_since=None), Transition(PENDING, INACTIVE, reason)
     if before == FIRING:

@@ -125,3 +125,75 @@ def test_transitions_are_always_legal(values, for_s, keep_s, policy):
     # firing and resolved alternate: never two firings without a resolution between them
     fired = [b for _, a, b in transitions if b in (FIRING, RESOLVED)]
     assert all(x != y for x, y in zip(fired, fired[1:]))
+
+
+# --- `for` needs breaching samples that span it (issue: a 5-minute rule fired on its first sample) ---
+
+def run_samples(rule, stream, every=5.0, start=State()):
+    """Evaluate every ``every`` seconds; ``stream(t)`` -> (value, sample time in seconds | None)."""
+    state, transitions = start, []
+    i = 0
+    while True:
+        t = i * every
+        got = stream(t)
+        if got is StopIteration:
+            return transitions, state
+        value, sampled = got
+        state, tr = step(rule, state, value, T0 + timedelta(seconds=t),
+                         None if sampled is None else T0 + timedelta(seconds=sampled))
+        if tr:
+            transitions.append((t, tr.from_state, tr.to_state))
+        i += 1
+
+
+FIVE_MIN = RuleSpec("gt", 70, for_seconds=300, gap_seconds=60)
+
+
+def test_a_single_sample_never_fires_a_five_minute_rule_however_long_it_is_evaluated():
+    # One breaching sample at t=0 (an average over the window stays at that value); evaluated
+    # every 5 s for 20 minutes: it is pending, never firing.
+    transitions, last = run_samples(FIVE_MIN, lambda t: StopIteration if t > 1200 else (95.0, 0.0))
+    assert transitions == [(0, INACTIVE, PENDING)]
+    assert last.state == PENDING and last.active_since == T0
+
+
+def test_continuous_samples_over_five_minutes_fire_at_five_minutes():
+    # a sample every 10 s, evaluations every 5 s: fires once a breaching sample is 300 s after the first
+    transitions, _ = run_samples(FIVE_MIN, lambda t: StopIteration if t > 400 else (95.0, t - t % 10))
+    assert transitions == [(0, INACTIVE, PENDING), (300, PENDING, FIRING)]
+
+
+def test_a_gap_in_the_samples_restarts_the_coverage():
+    # samples every 10 s for 200 s, none for 90 s (> 60 s tolerance), then again from 290 s
+    def stream(t):
+        if t > 700:
+            return StopIteration
+        return 95.0, (t - t % 10 if t < 200 or t >= 290 else 190.0)
+    transitions, _ = run_samples(FIVE_MIN, stream)
+    assert transitions == [(0, INACTIVE, PENDING), (590, PENDING, FIRING)]  # 290 + 300
+
+
+def test_a_gap_within_the_tolerance_does_not_restart_it():
+    def stream(t):
+        if t > 400:
+            return StopIteration
+        return 95.0, (t - t % 10 if t < 100 or t >= 140 else 90.0)  # 50 s without a sample
+    transitions, _ = run_samples(FIVE_MIN, stream)
+    assert transitions == [(0, INACTIVE, PENDING), (300, PENDING, FIRING)]
+
+
+def test_gpu_memory_for_one_minute_fires_after_a_minute_of_agent_samples():
+    rule = RuleSpec("gte", 85, for_seconds=60, gap_seconds=60)
+    # the agent samples every 3 s, the round runs every 5 s and sees the newest sample
+    transitions, _ = run_samples(rule, lambda t: StopIteration if t > 90 else (90.0, t - t % 3), every=5.0)
+    assert transitions == [(0, INACTIVE, PENDING), (60, PENDING, FIRING)]  # the sample of 60 s is 60 s after the first
+
+
+def test_a_recovery_sample_between_breaches_restarts_the_coverage():
+    def stream(t):
+        if t > 600:
+            return StopIteration
+        return (50.0 if t == 200 else 95.0), t
+    transitions, _ = run_samples(FIVE_MIN, stream)
+    assert transitions == [(0, INACTIVE, PENDING), (200, PENDING, INACTIVE), (205, INACTIVE, PENDING),
+                           (505, PENDING, FIRING)]

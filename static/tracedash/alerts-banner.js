@@ -7,7 +7,8 @@
   var project = banner.dataset.project, url = banner.dataset.alertsUrl, delay = 1000;
 
   function draw(firing) {
-    var shown = firing.filter(function (a) { return !a.silenced; });
+    // Silenced alerts and informational (severity "info") rules never show in the banner.
+    var shown = firing.filter(function (a) { return !a.silenced && a.severity !== "info"; });
     banner.hidden = shown.length === 0;
     banner.querySelector(".alerts-banner-count").textContent =
       shown.length + " alert" + (shown.length === 1 ? "" : "s") + " firing";

@@ -1,0 +1,21 @@
+"""The default rules "Host CPU > 70 % for 5 min" and "P95 end-to-end > 1500 ms" fired on their first
+sample (``for`` 0). Installed copies nobody has edited get the new definition: the CPU average over
+1 minute, held for 5 minutes; the P95 held for 5 minutes. An edited copy is left as its owner made it."""
+
+from django.db import migrations
+
+OLD_NEW = (
+    ("Host CPU > 70 % for 5 min", dict(window_seconds=300, for_seconds=0), dict(window_seconds=60, for_seconds=300)),
+    ("P95 end-to-end > 1500 ms", dict(window_seconds=300, for_seconds=0), dict(window_seconds=300, for_seconds=300)),
+)
+
+
+def forwards(apps, schema_editor):
+    AlertRule = apps.get_model("alerts", "AlertRule")
+    for name, old, new in OLD_NEW:
+        AlertRule.objects.filter(is_default=True, name=name, **old).update(**new)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("alerts", "0002_series_last_sample_at")]
+    operations = [migrations.RunPython(forwards, migrations.RunPython.noop)]
