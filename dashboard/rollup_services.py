@@ -43,8 +43,12 @@ _SOURCES = {"hour": ("rollup_minute FINAL", "toStartOfHour(bucket)"), "6h": ("ro
 HIST_GAMMA = 1.01  # histogram bucket growth: the value shown is within (γ-1)/(γ+1) < 0.5 % of the exact one
 _LN_GAMMA = math.log(HIST_GAMMA)
 
+_KEYS = ("project_id", "bucket", "service", "model")
 _COLUMNS = [c.name for c in ROLLUP_MINUTE.insert_columns]
-_COLUMN_LIST = ", ".join(_COLUMNS)
+_AGGREGATES = [c for c in _COLUMNS if c not in (*_KEYS, "version")]
+_MAPS = {c.name: c.type for c in ROLLUP_MINUTE.columns if c.type.startswith("Map(")}  # histograms, per-model maps
+# The order ``_select`` writes its values in (INSERT … SELECT matches by position).
+_COLUMN_LIST = ", ".join((*_KEYS, *_AGGREGATES, "version"))
 
 
 def hist_key_sql(expr: str) -> str:
@@ -64,9 +68,17 @@ def _hist_from_traces(name: str) -> str:
 
 
 # Minutes from the latest summaries of rooted traces (a request is a trace whose root arrived).
-_FROM_TRACES = {
+FROM_TRACES = {
     "requests": "count()",
+    # DOMAIN.md "Status": a request is an error when its root failed; recovered when its root
+    # succeeded although a span below it failed (not an error request).
     "errors": "countIf(status = 'error')",
+    "recovered": "countIf(status = 'recovered')",
+    "error_spans": "sum(error_spans)",
+    # Tokens and cost of each call under its own model (not the trace's first model's).
+    "model_input_tokens": "sumMap(model_input_tokens)",
+    "model_output_tokens": "sumMap(model_output_tokens)",
+    "model_cost_usd": "sumMap(model_cost_usd)",
     "e2e_sum_ns": "sum(e2e_ns)",
     "e2e_max_ns": "max(e2e_ns)",
     "input_tokens": "sum(input_tokens)",
@@ -82,17 +94,16 @@ _FROM_TRACES = {
     **{f"{h}_hist": _hist_from_traces(h) for h in ROLLUP_HISTOGRAMS},
 }
 # Coarser buckets from finer ones: sums add, maxima take the max, histograms add key by key.
-_FROM_ROLLUP = {c: ("max(e2e_max_ns)" if c == "e2e_max_ns" else f"sumMap({c})" if c.endswith("_hist") else f"sum({c})")
-                for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")}
-_ZERO = {c: ("CAST(map(), 'Map(UInt16, UInt64)')" if c.endswith("_hist") else "0")
-         for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")}
+_FROM_ROLLUP = {c: ("max(e2e_max_ns)" if c == "e2e_max_ns" else f"sumMap({c})" if c in _MAPS else f"sum({c})")
+                for c in _AGGREGATES}
+_ZERO = {c: (f"CAST(map(), '{_MAPS[c]}')" if c in _MAPS else "0") for c in _AGGREGATES}
 
 
 def _select(exprs: dict[str, str], bucket: str, dims: tuple[str, str]) -> str:
     parts = ["project_id", f"{bucket} AS b", f"{dims[0]} AS s", f"{dims[1]} AS m"]
     # Aliases differ from the column names (an alias named like a column would shadow it in the
     # other aggregates); INSERT … SELECT matches columns by position.
-    parts += [f"{exprs[c]} AS a_{c}" for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")]
+    parts += [f"{exprs[c]} AS a_{c}" for c in _AGGREGATES]
     parts.append("{version:UInt64} AS version")
     return ",\n    ".join(parts)
 
@@ -101,13 +112,14 @@ def _select(exprs: dict[str, str], bucket: str, dims: tuple[str, str]) -> str:
 # primary key), newest version first. Several times cheaper than ``traces FINAL`` (measured on chdb
 # with 1.1 M traces: 25 ms against 150 ms for ten minutes), and right when a newer summary moved a
 # trace out of the range (the caller filters the latest start again).
-_LATEST_TRACES = """SELECT project_id, trace_id, start_time, service, model, has_root, status, e2e_ns, input_tokens,
+TRACE_COLUMNS = """project_id, trace_id, start_time, service, model, has_root, status, e2e_ns, input_tokens,
         output_tokens, cost_usd, cost_estimated, ttft_ns, tpot_ns, network_ns, preprocess_ns, inference_ns,
-        postprocess_ns, other_ns
+        postprocess_ns, other_ns, error_spans, model_input_tokens, model_output_tokens, model_cost_usd"""
+_LATEST_TRACES = f"""SELECT {TRACE_COLUMNS}
     FROM traces
-    WHERE project_id = {project_id:UInt64} AND trace_id IN (
-        SELECT trace_id FROM traces WHERE project_id = {project_id:UInt64}
-          AND start_time >= fromUnixTimestamp64Nano({lo_ns:Int64}) AND start_time < fromUnixTimestamp64Nano({hi_ns:Int64}))
+    WHERE project_id = {{project_id:UInt64}} AND trace_id IN (
+        SELECT trace_id FROM traces WHERE project_id = {{project_id:UInt64}}
+          AND start_time >= fromUnixTimestamp64Nano({{lo_ns:Int64}}) AND start_time < fromUnixTimestamp64Nano({{hi_ns:Int64}}))
     ORDER BY version DESC
     LIMIT 1 BY trace_id"""
 _BUCKETS = "(SELECT toDateTime(toUInt32(arrayJoin(splitByChar(',', {buckets:String}))), 'UTC'))"
@@ -122,7 +134,7 @@ def _recompute_sql(level: str) -> str:
         source = f"({_LATEST_TRACES})"
         time_col, bucket = "start_time", "toStartOfMinute(start_time)"
         where_extra = " AND has_root = 1"
-        exprs = _FROM_TRACES
+        exprs = FROM_TRACES
     else:
         source, bucket = _SOURCES[level]
         time_col, where_extra, exprs = "bucket", "", _FROM_ROLLUP
@@ -134,7 +146,7 @@ def _recompute_sql(level: str) -> str:
     fresh = (f"SELECT\n    {_select(exprs, bucket, dims)}\nFROM {source}\nWHERE {where}\n"
              "GROUP BY project_id, b, s, m\nHAVING a_requests > 0")
     gone_parts = ["project_id", "bucket AS b", "service AS s", "model AS m"]
-    gone_parts += [f"{_ZERO[c]} AS a_{c}" for c in _COLUMNS if c not in ("project_id", "bucket", "service", "model", "version")]
+    gone_parts += [f"{_ZERO[c]} AS a_{c}" for c in _AGGREGATES]
     gone_parts.append("{version:UInt64} AS version")
     gone = (f"SELECT {', '.join(gone_parts)}\nFROM {table} FINAL\n"
             f"WHERE project_id = {{project_id:UInt64}} AND bucket IN {_BUCKETS} AND requests > 0\n"

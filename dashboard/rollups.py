@@ -11,8 +11,12 @@ from ``traces``), so a page switches by its import. Each read picks its tables b
   hours towards the edges, minutes for the partial hours — a series only uses a level whose bucket
   divides its step (a 30-day series of 6-hour steps reads six-hour rows, its KPIs days).
 
-Windows are whole minutes: a bucket counts when its start lies in [start rounded down to the
-minute, end). Percentiles come from the rollups' log-bucket histograms: the value shown is the
+Windows are exact, whatever second they start and end on (DOMAIN.md "Over a time window"): the
+whole minutes inside [start, end) come from the rollups, the partial minutes at its edges from the
+per-trace summaries (the latest summary of each trace whose root starts there), aggregated by the
+same expressions the minute rollup uses (``rollup_services.FROM_TRACES``) and added to the
+rollups' rows — histograms included, so percentiles merge as well. A series' buckets therefore sum
+to the window's figures, and a window and the one just before it never share a request. Percentiles come from the rollups' log-bucket histograms: the value shown is the
 representative of the bucket that holds the nearest-rank percentile (the ⌈q·n⌉-th smallest
 value), within 0.5 % of it (``HIST_GAMMA`` = 1.01). A phase's percentiles are over the requests
 that spent time in it (as in ``panel_selectors``); TTFT's and TPOT's over the requests that have
@@ -30,7 +34,7 @@ from store import get_store
 from . import panel_selectors
 from .panel_selectors import (LATENCY_EDGES_MS, QUANTILES, LatencyHeatmap, ModelSpend, WindowSeries,
                               WindowStats)
-from .rollup_services import HIST_GAMMA, hist_key_sql
+from .rollup_services import FROM_TRACES, HIST_GAMMA, TRACE_COLUMNS, hist_key_sql
 from .selectors import bucket_seconds, bucket_times
 from .trace_math import PHASES
 
@@ -51,6 +55,33 @@ def _floor(ts: int, step: int) -> int:
 
 
 _LEVEL_SIZES = (("day", DAY), ("6h", 6 * HOUR), ("hour", HOUR))  # each divides the one before
+
+
+def _ns(t: datetime) -> int:
+    """A time as integer unix nanoseconds (exact: no float rounding of the microseconds)."""
+    return (t - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MINUTE_NS = MINUTE * 1_000_000_000
+
+
+def window_pieces(start: datetime, end: datetime, step: int | None = None) -> list[tuple[str, int, int]]:
+    """The pieces that cover [start, end) exactly once: rollup segments (level, from_s, to_s) for
+    the whole minutes inside, and ("edge", from_ns, to_ns) for the partial minutes at either end
+    (read from the per-trace summaries)."""
+    start_ns, end_ns = _ns(start), _ns(end)
+    if end_ns <= start_ns:
+        return []
+    first = -(-start_ns // MINUTE_NS) * MINUTE_NS  # the first whole minute inside
+    last = end_ns // MINUTE_NS * MINUTE_NS  # the end of the last whole minute inside
+    if first >= last:
+        return [("edge", start_ns, end_ns)]
+    pieces = [("edge", start_ns, first)] if start_ns < first else []
+    pieces += rollup_segments(start_s=first // 1_000_000_000, end_s=last // 1_000_000_000, step=step)
+    if last < end_ns:
+        pieces.append(("edge", last, end_ns))
+    return pieces
 
 
 def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> list[tuple[str, int, int]]:
@@ -75,11 +106,36 @@ def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> lis
     return cover(start_s, end_s, sizes)
 
 
+# The latest summary of every trace whose summary starts in [lo, hi): candidates by start from
+# ``traces_by_start`` (ordered by time: reads only the edge's granules), the newest version of each
+# by id from ``traces`` (a stale candidate whose start moved is dropped by the caller's filter).
+def _edge_rows(i: int, columns: list[str]) -> str:
+    keys = ("bucket", "service", "model")
+    inner = ", ".join(f"{FROM_TRACES[c]} AS a_{c}" for c in columns if c not in keys)
+    outer = ", ".join(c if c in keys else f"a_{c} AS {c}" for c in columns)
+    lo, hi = f"fromUnixTimestamp64Nano({{elo{i}:Int64}})", f"fromUnixTimestamp64Nano({{ehi{i}:Int64}})"
+    return (
+        f"SELECT {outer} FROM (SELECT toDateTime(intDiv(toUnixTimestamp64Nano(start_time), {MINUTE_NS}) * {MINUTE}, 'UTC')"
+        f" AS bucket, service, model, {inner} FROM (SELECT {TRACE_COLUMNS} FROM traces"
+        " WHERE project_id = {project_id:UInt64} AND trace_id IN (SELECT trace_id FROM traces_by_start"
+        f" WHERE project_id = {{project_id:UInt64}} AND start_time >= {lo} AND start_time < {hi})"
+        " ORDER BY version DESC LIMIT 1 BY trace_id)"
+        f" WHERE has_root = 1 AND start_time >= {lo} AND start_time < {hi}"
+        " AND ({service:String} = '' OR service = {service:String}) AND ({model:String} = '' OR model = {model:String})"
+        " GROUP BY bucket, service, model)")
+
+
 def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool = False) -> tuple[str, dict]:
     """The rows of the segments' levels, filtered; ``totals``: hours and days from the rollups
-    summed over every service and model (for reads that filter neither and need no model)."""
+    summed over every service and model (for reads that filter neither and need no model).
+    An ``edge`` segment's rows are aggregated from the summaries, like a minute's."""
     parts, params = [], {}
+    names = [c.strip() for c in columns.split(",")]
     for i, (level, lo, hi) in enumerate(segments):
+        if level == "edge":
+            parts.append(_edge_rows(i, names))
+            params[f"elo{i}"], params[f"ehi{i}"] = lo, hi
+            continue
         table = _TABLE[level] + ("_all" if totals and level != "minute" else "")
         parts.append(
             f"SELECT {columns} FROM {table} FINAL WHERE project_id = {{project_id:UInt64}}"
@@ -192,7 +248,7 @@ def window_stats(*, project_id: int, start: datetime, end: datetime, service: st
     inference share). ``histograms``: whose percentiles to compute (default all; ``()`` for a
     page that shows none, e.g. the costs tiles: several times cheaper over long windows)."""
     seconds = (end - start).total_seconds()
-    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end))
+    segments = window_pieces(start, end)
     if not segments:
         return _empty(seconds)
     _check(histograms)
@@ -226,7 +282,7 @@ def window_series(*, project_id: int, start: datetime, end: datetime, service: s
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     buckets: list[WindowStats | None] = [None] * len(times)
-    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end), step=step)
+    segments = window_pieces(start, end, step)
     if segments:
         sums, quantiles = _read(segments, project_id=project_id, service=service, model=model,
                                 hists=tuple(histograms), step=step, tag="dashboard.rollups.window_series")
@@ -248,7 +304,7 @@ def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service:
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     counts = [[0] * len(times) for _ in range(len(LATENCY_EDGES_MS) + 1)]
-    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end), step=step)
+    segments = window_pieces(start, end, step)
     if segments:
         source, params = _source(segments, "bucket, e2e_hist", totals=not service and not model)
         sql = ("SELECT intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32} AS t,"
@@ -273,7 +329,7 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     out: dict[str, list[float | None]] = {}
-    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end), step=step)
+    segments = window_pieces(start, end, step)
     if segments:
         source, params = _source(segments, "bucket, model, requests, cost_usd")
         sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, model AS m, "

@@ -214,8 +214,8 @@ class TraceSummary:
     root_name: str
     service: str
     model: str  # the first model call's
-    status: str  # "error" if any span is an error
-    error_message: str  # the first error's message
+    status: str  # the request's outcome (DOMAIN.md "Status"): "ok" | "recovered" | "error"
+    error_message: str  # the first error's message (the root's, when the root failed)
     ttft_ns: int | None  # the first model call's (that reports one)
     tpot_ns: float | None  # (call duration - TTFT) / (output tokens - 1), streamed calls, >= 2 tokens
     input_tokens: int
@@ -224,6 +224,9 @@ class TraceSummary:
     cost_estimated: bool  # some of the cost came from the price table
     span_count: int
     phase_ns: dict[str, int] = field(default_factory=dict)
+    error_spans: int = 0  # spans with status error ("spans with errors": its own figure)
+    # per model of the spans: (input tokens, output tokens, cost USD); "" for spans without a model
+    by_model: dict[str, tuple[int, int, float]] = field(default_factory=dict)
 
     def phase_share(self, phase: str) -> float | None:
         return self.phase_ns.get(phase, 0) / self.e2e_ns if self.e2e_ns > 0 else None
@@ -242,6 +245,20 @@ def span_cost(span: Span, prices: Mapping[str, tuple[float, float]] | None) -> t
     return (tokens_in * price[0] + tokens_out * price[1]) / 1_000_000, True
 
 
+STATUSES = ("ok", "recovered", "error")
+
+
+def request_status(root: Span | None, error_spans: int) -> str:
+    """The request's outcome (DOMAIN.md "Status"): its root span's status; without a root (not
+    arrived yet), an error if any span is one. A request whose root succeeded although a span
+    below it failed (a retried model call) is ``recovered``: not an error request."""
+    if root is None:
+        return "error" if error_spans else "ok"
+    if root.get("status") == "error":
+        return "error"
+    return "recovered" if error_spans else "ok"
+
+
 def trace_summarize(spans: Iterable[Span], *, prices: Mapping[str, tuple[float, float]] | None = None,
                     tree: Tree | None = None) -> TraceSummary:
     """Every per-trace figure of DOMAIN.md for one trace's spans."""
@@ -257,13 +274,24 @@ def trace_summarize(spans: Iterable[Span], *, prices: Mapping[str, tuple[float, 
     if first_call is not None and int(first_call.get("output_tokens") or 0) >= 2:
         tpot = max(0, int(first_call["duration_ns"]) - ttft) / (int(first_call["output_tokens"]) - 1)
     cost_total, any_cost, estimated = 0.0, False, False
+    # Each call is priced and attributed to its own model (a trace calling two models charges
+    # each its share), as its tokens are: the costs page's spend and tokens per model.
+    by_model: dict[str, list] = {}
     for span in all_spans:
         cost, is_estimate = span_cost(span, prices)
         if cost is not None:
             cost_total += cost
             any_cost = True
             estimated = estimated or is_estimate
+            by_model.setdefault(str(span.get("model") or ""), [0, 0, 0.0])[2] += cost
+    for span in token_spans:
+        tokens_in, tokens_out = int(span.get("input_tokens") or 0), int(span.get("output_tokens") or 0)
+        if tokens_in or tokens_out:
+            entry = by_model.setdefault(str(span.get("model") or ""), [0, 0, 0.0])
+            entry[0] += tokens_in
+            entry[1] += tokens_out
     errors = [s for s in all_spans if s.get("status") == "error"]
+    root_span = tree.spans[tree.root] if tree.root is not None else None
     model_span = calls[0] if calls else next((s for s in all_spans if s.get("model")), None)
     return TraceSummary(
         start_ns=lo,
@@ -272,7 +300,7 @@ def trace_summarize(spans: Iterable[Span], *, prices: Mapping[str, tuple[float, 
         root_name=str(root.get("name", "")),
         service=str(root.get("service", "")),
         model=str(model_span.get("model") or "") if model_span is not None else "",
-        status="error" if errors else "ok",
+        status=request_status(root_span, len(errors)),
         error_message=str(errors[0].get("status_message") or "") if errors else "",
         ttft_ns=ttft,
         tpot_ns=tpot,
@@ -282,4 +310,6 @@ def trace_summarize(spans: Iterable[Span], *, prices: Mapping[str, tuple[float, 
         cost_estimated=estimated,
         span_count=len(all_spans),
         phase_ns=phase_times((), tree=tree),
+        error_spans=len(errors),
+        by_model={m: (v[0], v[1], v[2]) for m, v in sorted(by_model.items())},
     )

@@ -145,6 +145,12 @@ RESOURCE_SAMPLES = Table(
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
 )
 
+_MODEL_COLUMNS = (
+    Column("model_input_tokens", "Map(String, UInt64)", "ZSTD(1)"),
+    Column("model_output_tokens", "Map(String, UInt64)", "ZSTD(1)"),
+    Column("model_cost_usd", "Map(String, Float64)", "ZSTD(1)"),
+)
+
 # One row per trace: every per-trace figure of DOMAIN.md, computed by dashboard.trace_math from
 # the trace's spans by the summariser task and re-written (a higher ``version``) whenever spans of
 # the trace arrive later. The explorer sorts and filters on it, a trace id finds its spans' time
@@ -166,7 +172,7 @@ TRACES = Table(
         Column("services", "Array(LowCardinality(String))"),  # every service / model / phase seen in the trace
         Column("models", "Array(LowCardinality(String))"),
         Column("phases", "Array(LowCardinality(String))"),
-        Column("status", "LowCardinality(String)"),  # error if any span is an error
+        Column("status", "LowCardinality(String)"),  # the request's: ok | recovered | error (DOMAIN.md "Status")
         Column("error_message", "String", "ZSTD(1)"),
         Column("ttft_ns", "Nullable(UInt64)", "ZSTD(1)"),
         Column("tpot_ns", "Nullable(Float64)", "ZSTD(1)"),
@@ -181,6 +187,9 @@ TRACES = Table(
         Column("postprocess_ns", "UInt64", "T64, ZSTD(1)"),
         Column("other_ns", "UInt64", "T64, ZSTD(1)"),
         Column("version", "UInt64"),  # when it was summarised (unix ns): the latest wins
+        Column("error_spans", "UInt32", "T64, ZSTD(1)"),  # spans with status error (migration 0012)
+        # Tokens and cost per model of the spans (each call under its own model; '' for none).
+        *_MODEL_COLUMNS,
     ),
     engine="ReplacingMergeTree(version)",
     order_by="(project_id, trace_id)",
@@ -227,7 +236,7 @@ def _rollup_table(name: str, *, partition_by: str, ttl: str, settings: str) -> T
             Column("service", "LowCardinality(String)"),  # the trace's (its root's)
             Column("model", "LowCardinality(String)"),  # the trace's (its first model call's)
             Column("requests", "UInt64"),  # traces with a root that started in the bucket
-            Column("errors", "UInt64"),
+            Column("errors", "UInt64"),  # requests whose status is error (their root failed)
             Column("e2e_sum_ns", "UInt64"),  # Little's law: concurrency = sum of E2E / seconds
             Column("e2e_max_ns", "UInt64"),
             Column("input_tokens", "UInt64"),
@@ -246,6 +255,11 @@ def _rollup_table(name: str, *, partition_by: str, ttl: str, settings: str) -> T
             Column("other_sum_ns", "UInt64"),
             *(Column(f"{h}_hist", _HIST, "ZSTD(1)") for h in ROLLUP_HISTOGRAMS),
             Column("version", "UInt64"),  # when it was computed (unix ns): the latest wins
+            # migration 0012: requests recovered (root ok, a span failed), spans with errors, and
+            # tokens and cost per model of the calls (not the trace's first model)
+            Column("recovered", "UInt64"),
+            Column("error_spans", "UInt64"),
+            *_MODEL_COLUMNS,
         ),
         engine="ReplacingMergeTree(version)",
         partition_by=partition_by,

@@ -292,6 +292,9 @@ def test_series_compute_the_percentiles_asked_for(seeded):
                                  histograms=rollups.HISTOGRAMS)
     bare = rollups.window_series(project_id=project.pk, start=utc(start), end=utc(end), points=6, histograms=())
     for d, f, b in zip(default.buckets, full.buckets, bare.buckets):
+        if d is None:  # the bucket holding the window's end, when the end falls on a step boundary
+            assert f is None and b is None
+            continue
         assert d.requests == f.requests == b.requests and d.phase_mean_ms == b.phase_mean_ms
         assert d.e2e_ms == f.e2e_ms and d.phase_ms["network"] == f.phase_ms["network"] and d.ttft_ms == f.ttft_ms
         assert d.phase_ms["inference"][0.95] is None and f.phase_ms["inference"][0.95] is not None

@@ -115,7 +115,8 @@ def test_trace_summary():
     assert summary.ttft_ns == 200 * MS
     assert summary.tpot_ns == pytest.approx((700 - 200) * MS / 50)
     assert (summary.input_tokens, summary.output_tokens) == (15, 53)
-    assert summary.status == "error" and summary.error_message == "boom"
+    # The root succeeded although a model call below it failed: recovered, not an error request.
+    assert summary.status == "recovered" and summary.error_message == "boom" and summary.error_spans == 1
     assert summary.cost_usd == pytest.approx(0.01) and not summary.cost_estimated
     assert summary.span_count == 6
     assert summary.phase_share("inference") == pytest.approx(0.72)
@@ -149,3 +150,34 @@ def test_ten_thousand_spans_is_fast_enough_to_run_on_a_page_request():
     critical_path(spans)
     assert summary.span_count == 10_000
     assert time.perf_counter() - began < 5  # generous: measured ~0.1 s
+
+
+def test_status_is_the_roots_a_retried_call_is_recovered():
+    """DOMAIN.md "Status": a first model call answered 429 and its retry succeeded: the request
+    is ok (recovered), one span with an error; the root failing makes it an error; without a root,
+    any error span does."""
+    retried = [span("r", start=0, dur=1000),
+               span("c1", "r", "inference", 10, 50, model="m1", status="error", status_message="429 Too Many Requests"),
+               span("c2", "r", "inference", 100, 800, model="m1", output_tokens=20)]
+    summary = trace_summarize(retried)
+    assert (summary.status, summary.error_spans, summary.error_message) == ("recovered", 1, "429 Too Many Requests")
+    failed = [{**retried[0], "status": "error", "status_message": "gave up"}] + retried[1:]
+    assert (trace_summarize(failed).status, trace_summarize(failed).error_spans) == ("error", 2)
+    assert trace_summarize(retried[1:]).status == "error"  # no root yet: an error span is an error
+    assert trace_summarize([retried[0], retried[2]]).status == "ok"
+    assert trace_summarize([retried[2]]).status == "ok"
+
+
+def test_each_call_is_priced_and_counted_under_its_own_model():
+    prices = {"small": (1.0, 2.0), "large": (10.0, 30.0)}
+    spans = [span("r", start=0, dur=1000),
+             span("a", "r", "inference", 0, 100, model="small", input_tokens=1000, output_tokens=100),
+             span("b", "r", "inference", 200, 700, model="large", input_tokens=2000, output_tokens=500),
+             span("c", "r", "inference", 950, 10, model="large", cost_usd=0.5)]
+    summary = trace_summarize(spans, prices=prices)
+    assert summary.model == "small"  # the trace's model stays its first call's
+    small = (1000 * 1.0 + 100 * 2.0) / 1e6
+    large = (2000 * 10.0 + 500 * 30.0) / 1e6 + 0.5
+    assert summary.by_model["small"] == (1000, 100, pytest.approx(small))
+    assert summary.by_model["large"] == (2000, 500, pytest.approx(large))
+    assert summary.cost_usd == pytest.approx(small + large)
