@@ -23,6 +23,18 @@ from store.migrator import MigrationContext, migrate
 from store.schema import TABLES
 
 
+# Browser tests: every Playwright wait (actions, wait_for_*, and expect() assertions) gives up only
+# after this long. It is a ceiling, never an expected duration: tests wait on the page's own
+# readiness, so a slow or loaded machine makes them slower, never red.
+BROWSER_TIMEOUT_MS = 90_000
+try:
+    from playwright.sync_api import expect as _playwright_expect
+except ImportError:  # pragma: no cover - browser tests skip themselves without Playwright
+    pass
+else:
+    _playwright_expect.set_options(timeout=BROWSER_TIMEOUT_MS)
+
+
 class _UnmarkedStoreGuard:
     """Stands in for the store in tests without the ``clickhouse`` marker."""
 
@@ -115,7 +127,9 @@ def closed_port_url():
     return f"http://127.0.0.1:{port}"
 
 
-def wait_until(predicate, timeout=10.0, interval=0.05, message="condition"):
+def wait_until(predicate, timeout=60.0, interval=0.05, message="condition"):
+    """Poll until ``predicate()`` is true: a ceiling, not an expected duration (a loaded machine
+    only makes this slower)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

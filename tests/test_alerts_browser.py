@@ -21,6 +21,8 @@ from playwright.sync_api import expect, sync_playwright  # noqa: E402
 from alerts.models import AlertRule  # noqa: E402
 from alerts.services import alerts_evaluate_round, rule_create  # noqa: E402
 from tests.alerts_support import insert_samples, sample  # noqa: E402
+from tests.conftest import BROWSER_TIMEOUT_MS  # noqa: E402
+from tests.test_browser import TRACK_SOCKETS  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
 
@@ -36,6 +38,8 @@ def page(asgi_server, monkeypatch):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page()
+        page.set_default_timeout(BROWSER_TIMEOUT_MS)
+        page.add_init_script(TRACK_SOCKETS)
         yield page
         browser.close()
 
@@ -53,12 +57,13 @@ def test_banner_appears_live_and_clears_on_resolve(page, asgi_server, make_user,
     expect(page).to_have_url(re.compile(r"/traces/$"))
     banner = page.locator("#alerts-banner")
     expect(banner).to_be_hidden()
-    page.wait_for_timeout(500)  # the socket connects and joins the project's group
+    # the banner's socket is open: its consumer joined the project's group before accepting it
+    page.wait_for_function("() => window.__sockets.some((s) => s.url.endsWith('/alerts/') && s.readyState === WebSocket.OPEN)")
 
     now = timezone.now()
     insert_samples([sample(project.pk, now - timedelta(seconds=1), mem_pct=93)])
     alerts_evaluate_round(deliver="none")  # this thread, not the server's loop: like the embedded beat
-    expect(banner).to_be_visible(timeout=10_000)
+    expect(banner).to_be_visible()
     expect(banner).to_contain_text("1 alert firing")
     expect(banner).to_contain_text(f"hot {XSS}")  # as text
     assert page.evaluate("window.__xss") is None
@@ -67,12 +72,12 @@ def test_banner_appears_live_and_clears_on_resolve(page, asgi_server, make_user,
 
     insert_samples([sample(project.pk, timezone.now(), mem_pct=40)])
     alerts_evaluate_round(deliver="none")
-    expect(banner).to_be_hidden(timeout=10_000)
+    expect(banner).to_be_hidden()
     page.goto(f"{asgi_server.url}/alerts/")
     expect(page.locator("#alert-history")).to_contain_text("firing → resolved")
     page.screenshot(path=str(ARTIFACTS / "alerts-page.png"), full_page=True)
     rule = AlertRule.objects.get(project=project)
     page.goto(f"{asgi_server.url}/alerts/rules/{rule.pk}/")
-    expect(page.locator("#rule-preview .main-svg").first).to_be_visible(timeout=10_000)  # plotly drew it
+    expect(page.locator("#rule-preview .main-svg").first).to_be_visible()  # plotly drew it
     expect(page.locator("#rule-preview")).to_contain_text("threshold ≥ 85")
     page.screenshot(path=str(ARTIFACTS / "alerts-rule-editor.png"), full_page=True)

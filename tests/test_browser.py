@@ -30,6 +30,7 @@ if not os.path.exists(CHROMIUM):
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
+from tests.conftest import BROWSER_TIMEOUT_MS  # noqa: E402
 from tests.explorer_seed import summary_insert  # noqa: E402
 from tests.spans import llm_trace  # noqa: E402  (asgi_server: tests/conftest.py)
 
@@ -84,7 +85,7 @@ class PageWatch:
 @pytest.fixture
 def page(browser, asgi_server):
     context = browser.new_context(viewport={"width": 1280, "height": 800})
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(BROWSER_TIMEOUT_MS)
     context.add_init_script(TRACK_SOCKETS)
     watch = PageWatch()
     context.on("request", lambda request: SEEN_URLS.append(request.url))

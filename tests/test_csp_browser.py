@@ -20,6 +20,7 @@ from django.test import Client  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from tests.alerts_support import insert_samples, sample  # noqa: E402
+from tests.conftest import BROWSER_TIMEOUT_MS  # noqa: E402
 from tests.test_browser import CHROMIUM_ARGS  # noqa: E402
 from tests.test_security_matrix import MATRIX, world  # noqa: E402,F401  (world: the fixture)
 
@@ -58,7 +59,7 @@ def _session_cookie(user, server) -> dict:
 
 def _open(browser, server, user=None):
     context = browser.new_context(viewport={"width": 1280, "height": 800})
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(BROWSER_TIMEOUT_MS)
     context.add_init_script(WATCH)
     if user is not None:
         context.add_cookies([_session_cookie(user, server)])

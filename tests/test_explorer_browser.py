@@ -117,7 +117,7 @@ def test_live_row_is_inserted_at_the_top_without_moving_what_the_reader_sees(pag
     post_spans(asgi_server, key, spans)  # announces the trace id (traces.ingested)
     summary_insert(project_id=project.pk, spans=spans)  # what the summariser writes
     new_row = page.locator(f'tr[data-trace-id="{spans[0]["trace_id"]}"]')
-    expect(new_row).to_have_count(1, timeout=15_000)
+    expect(new_row).to_have_count(1)
     expect(page.locator("table.explorer tbody tr")).to_have_count(41)
     assert page.locator("table.explorer tbody tr").first.get_attribute("data-trace-id") == spans[0]["trace_id"]
     expect(new_row.locator("td").nth(1)).to_have_text(XSS_NAME)  # built with textContent
@@ -144,7 +144,7 @@ def test_off_the_first_page_new_traces_are_counted_not_inserted(page, asgi_serve
     spans = llm_trace(start_ns=time.time_ns() - NS)
     post_spans(asgi_server, key, spans)
     summary_insert(project_id=project.pk, spans=spans)
-    expect(page.locator("#live-banner")).to_be_visible(timeout=15_000)
+    expect(page.locator("#live-banner")).to_be_visible()
     expect(page.locator("#live-count")).to_have_text("1")
     expect(page.locator("table.explorer tbody tr")).to_have_count(3)
     page.locator("#live-show").click()

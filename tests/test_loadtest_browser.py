@@ -18,6 +18,7 @@ from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
 from demo.simulator import SimulatorConfig, serve  # noqa: E402
 from loadtests.services import load_test_run_create, load_test_run_finish  # noqa: E402
+from tests.conftest import BROWSER_TIMEOUT_MS  # noqa: E402
 from tracedash_sdk.loadtest import LoadTest, RequestMix, StepPlan, Target  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
@@ -48,7 +49,7 @@ def test_report_page_draws_the_charts_with_the_knee(asgi_server, make_user, proj
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(20_000)
+            page.set_default_timeout(BROWSER_TIMEOUT_MS)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("request", lambda r: requests.append(r.url))
             page.goto(f"{asgi_server.url}/login/?next=/loadtests/{run.pk}/")

@@ -21,7 +21,7 @@ from playwright.sync_api import expect  # noqa: E402  (after test_browser's Chro
 from dashboard.rollup_services import rollups_update  # noqa: E402
 from dashboard.summarizer import traces_summarize  # noqa: E402
 from store import get_store  # noqa: E402
-from tests.conftest import wait_until  # noqa: E402
+from tests.conftest import BROWSER_TIMEOUT_MS, wait_until  # noqa: E402
 from tests.spans import llm_trace  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
@@ -31,7 +31,7 @@ S = 10**9
 @pytest.fixture
 def page(browser, asgi_server):  # noqa: F811
     context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(BROWSER_TIMEOUT_MS)
     context.add_init_script(TRACK_SOCKETS)
     page = context.new_page()
     page.seen = []
@@ -78,7 +78,7 @@ def summarised(project_id, count):
     def ready():
         return get_store().query("SELECT uniqExact(trace_id) FROM spans WHERE project_id = {p:UInt64}",
                                  {"p": project_id}, tag="tests.panels_browser.count").scalar() >= count
-    wait_until(ready, timeout=20, message="spans stored")
+    wait_until(ready, timeout=90, message="spans stored")
     # The two beat tasks, on a thread of their own as the beat runs them (this test thread has
     # playwright's event loop): summaries, then the rollups of the minutes they marked.
     def tasks():
@@ -114,7 +114,7 @@ def test_overview_draws_seeded_numbers_filters_and_links_to_traces(page, asgi_se
     late = [shaped(start_ns=now - (10 - i) * 60 * S, e2e_ms=700, service="search") for i in range(3)]
     post_spans(asgi_server, key, [s for t in late for s in t])
     summarised(project.pk, 28)
-    expect(page.locator('[data-kpi="requests"] .value')).to_have_text("28", timeout=20_000)
+    expect(page.locator('[data-kpi="requests"] .value')).to_have_text("28")
     assert sum(chart_data(page, "fig-histogram")[0]["y"]) == 28
     p50 = next(t for t in chart_data(page, "fig-latency") if t["name"] == "E2E P50")
     assert 400 in non_null(p50["y"]) and max(non_null(p50["y"])) >= 1300

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from demo.simulator import ModelProfile, SimulatorConfig, serve
+from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
@@ -49,7 +50,7 @@ class Reply:
 
 
 def call(port: int, method: str, path: str, payload=None, *, raw: bytes | None = None, stream: bool = False,
-         close_after_first: bool = False, timeout: float = 10.0) -> Reply:
+         close_after_first: bool = False, timeout: float = 120.0) -> Reply:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         body = raw if raw is not None else (json.dumps(payload).encode() if payload is not None else None)
@@ -110,10 +111,18 @@ def concurrently(n: int, fn):
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(30)
+        thread.join(120)
     if errors:
         raise errors[0]
     return results
+
+
+def ceiling(configured_ms: float) -> float:
+    """The most a timing may measure when ``configured_ms`` is what the simulator was told: a
+    generous bound, relative to the configuration, that a loaded machine stays under (these tests
+    check what the simulator does, not how fast the machine is: bench/ measures speed). The lower
+    bounds, which a slow machine can only exceed, carry the precise checks."""
+    return 3.0 * configured_ms + 1000.0
 
 
 @pytest.fixture
@@ -150,7 +159,7 @@ def test_non_streamed_reply_follows_the_openai_schema(simulator):
     assert choice["finish_reason"] == "length"
     assert isinstance(choice["message"]["content"], str) and len(choice["message"]["content"].split()) == 7
     assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 7, "total_tokens": 17}
-    assert float(reply.headers["x-sim-ttft-ms"]) < 20
+    assert float(reply.headers["x-sim-ttft-ms"]) < ceiling(0)
 
     # No max_tokens: the configured length distribution (here exactly 12) and a natural stop.
     body = chat(sim.port, content=content).json()
@@ -212,39 +221,39 @@ def test_first_token_arrives_after_the_configured_ttft(simulator):
     sim = simulator(prefill_ms=100)
     reply = chat(sim.port, stream=True, max_tokens=3)
     first = reply.content_times()[0]
-    assert 95 <= first <= 160, first
-    assert 99 <= float(reply.headers["x-sim-ttft-ms"]) < 140
+    assert 95 <= first <= ceiling(100), first
+    assert 99 <= float(reply.headers["x-sim-ttft-ms"]) < ceiling(100)
 
     # TTFT = fixed queueing delay + prefill (fixed + per prompt token); 391 + 9 chars = 100 tokens.
     sim = simulator(queue_delay_ms=20, prefill_ms=30, prefill_ms_per_token=0.5)
     reply = chat(sim.port, stream=True, max_tokens=2, content="p" * 391)
     first = reply.content_times()[0]
-    assert 95 <= first <= 160, first
-    assert 99 <= float(reply.headers["x-sim-ttft-ms"]) < 140
+    assert 95 <= first <= ceiling(100), first
+    assert 99 <= float(reply.headers["x-sim-ttft-ms"]) < ceiling(100)
     # A non-streamed reply comes after its TTFT plus the decode time.
     reply = chat(sim.port, max_tokens=1, content="p" * 391)
-    assert 95 <= reply.elapsed_ms <= 170, reply.elapsed_ms
+    assert 95 <= reply.elapsed_ms <= ceiling(100), reply.elapsed_ms
 
 
 def test_tokens_are_paced_by_the_decode_time(simulator):
+    # Token k is due prefill + k x decode after the request arrives (and the client sent it before):
+    # it may come late on a busy machine, never early. (A late token makes the next gap shorter: the
+    # schedule is absolute, so gaps are not checked one by one.)
     sim = simulator(prefill_ms=30, decode_ms_per_token=20)
     times = chat(sim.port, stream=True, max_tokens=8).content_times()
     assert len(times) == 8
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    assert 17 <= statistics.median(gaps) <= 30, gaps
-    assert all(0 <= gap <= 80 for gap in gaps), gaps  # a late token makes the next gap shorter
-    assert 130 <= times[-1] - times[0] <= 200, times
-    assert 25 <= times[0] <= 80, times
+    assert all(t >= 30 + 20 * k - 1 for k, t in enumerate(times)), times
+    assert times[-1] <= ceiling(30 + 7 * 20), times
 
     reply = chat(sim.port, max_tokens=8)  # not streamed: the whole answer after TTFT + 7 intervals
-    assert 165 <= reply.elapsed_ms <= 260, reply.elapsed_ms
+    assert 165 <= reply.elapsed_ms <= ceiling(170), reply.elapsed_ms
 
 
 def test_jitter_varies_latencies_around_the_configured_mean(simulator):
     sim = simulator(seed=3, prefill_ms=40, jitter=0.3)
     ttfts = [float(chat(sim.port, max_tokens=1).headers["x-sim-ttft-ms"]) for _ in range(30)]
     assert len(set(ttfts)) > 20
-    assert 30 <= statistics.mean(ttfts) <= 70, ttfts
+    assert 30 <= statistics.mean(ttfts) <= ceiling(40), ttfts
 
 
 # --------------------------------------------------------------------------------------------------
@@ -305,42 +314,73 @@ def test_malformed_requests_get_openai_style_400s(simulator):
 # Capacity and load
 
 
+class HeldStream:
+    """A streamed request that holds its simulator slot until ``release()`` closes the connection
+    (the simulator frees the slot of a client that leaves). With a decode time per token it holds for
+    minutes, far longer than any test waits for."""
+
+    def __init__(self, port: int, max_tokens: int = 20_000):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        payload = {"model": "m", "messages": [{"role": "user", "content": "hold"}], "max_tokens": max_tokens,
+                   "stream": True}
+        self.conn.request("POST", CHAT, body=json.dumps(payload).encode(), headers={"content-type": "application/json"})
+        self.response = self.conn.getresponse()
+        assert self.response.status == 200
+        assert self.response.readline().startswith(b"data: ")  # it holds a slot and is decoding
+
+    def release(self):
+        self.conn.close()
+
+
 def test_requests_beyond_capacity_wait_for_a_slot(simulator):
-    # Each request holds its slot for 50 ms prefill + 4 x 10 ms decode = 90 ms.
+    """Condition-driven, no wall-clock speed: two long streams hold both slots until the test has
+    seen the other four queued, so the order (not the machine's speed) decides who waits."""
+    # Each queued request holds its slot for at least 50 ms prefill + 4 x 10 ms decode = 90 ms.
+    hold_ms = 50 + 4 * 10
     sim = simulator(capacity=2, prefill_ms=50, decode_ms_per_token=10)
-    seen = {}
+    blockers = [HeldStream(sim.port), HeldStream(sim.port)]
+    assert sim.stats()["active"] == 2 and sim.stats()["queued"] == 0
+    replies: list = []
+    waiting = threading.Thread(target=lambda: replies.extend(
+        concurrently(4, lambda i: chat(sim.port, stream=True, max_tokens=5))))
+    waiting.start()
+    try:
+        seen = wait_until(lambda: (lambda st: st if st["queued"] == 4 else None)(sim.stats()), timeout=90,
+                          interval=0.01, message="four requests queued behind the two busy slots")
+        assert seen["active"] == 2 and seen["in_flight"] == 6 and seen["completed"] == 0
+    finally:
+        for blocker in blockers:
+            blocker.release()
+    waiting.join(120)
+    assert len(replies) == 4 and all(r.status == 200 for r in replies)
 
-    def watch_stats():
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline and not seen:
-            stats = sim.stats()
-            if stats["queued"] == 4:
-                seen.update(stats)
-            time.sleep(0.002)  # no busy loop: it would hold the GIL that the server and clients need
-
-    watcher = threading.Thread(target=watch_stats)
-    watcher.start()
-    replies = concurrently(6, lambda i: chat(sim.port, stream=True, max_tokens=5))
-    watcher.join()
-    assert seen["active"] == 2 and seen["in_flight"] == 6
-
-    firsts = sorted(r.content_times()[0] for r in replies)
     queued = sorted(float(r.headers["x-sim-queue-ms"]) for r in replies)
-    assert all(40 <= t <= 110 for t in firsts[:2]), firsts
-    assert all(130 <= t <= 220 for t in firsts[2:4]), firsts
-    assert all(220 <= t <= 330 for t in firsts[4:]), firsts
-    assert all(q < 1 for q in queued[:2]) and all(q >= 70 for q in queued[2:]), queued
-    for reply in replies:  # the intended TTFT includes the wait
-        assert abs(float(reply.headers["x-sim-ttft-ms"]) - reply.content_times()[0]) < 40
-    assert sim.stats()["in_flight"] == 0 and sim.stats()["completed"] == 6
+    # All four waited for a slot; two slots for four requests: the last two also waited for one of
+    # the first two to finish (queued before the release, served at least one hold after it).
+    assert all(q > 0 for q in queued), queued
+    assert all(q >= hold_ms - 1 for q in queued[2:]), queued
+    for reply in replies:  # the intended TTFT includes the wait: queue + prefill at least
+        assert float(reply.headers["x-sim-ttft-ms"]) >= float(reply.headers["x-sim-queue-ms"]) + 50 - 1
+        assert reply.content_times()[0] >= float(reply.headers["x-sim-ttft-ms"]) - 1  # nothing arrives early
+    done = wait_until(lambda: (lambda st: st if st["in_flight"] == 0 else None)(sim.stats()), timeout=60,
+                      message="the simulator to be idle")
+    assert done["completed"] == 4 and done["disconnects"] == 2 and done["active"] == 0 and done["queued"] == 0
 
 
 def test_max_queue_turns_away_excess_requests_with_503(simulator):
-    sim = simulator(capacity=1, max_queue=1, prefill_ms=150)
-    replies = concurrently(4, lambda i: chat(sim.port, max_tokens=1))
-    statuses = sorted(r.status for r in replies)
-    assert statuses == [200, 200, 503, 503], statuses
-    overloaded = [r for r in replies if r.status == 503]
+    sim = simulator(capacity=1, max_queue=1, prefill_ms=150, decode_ms_per_token=5)  # a held stream: 100 s
+    blocker = HeldStream(sim.port)  # the one slot is busy
+    queued: list = []
+    waiter = threading.Thread(target=lambda: queued.append(chat(sim.port, max_tokens=1)))
+    waiter.start()
+    try:
+        wait_until(lambda: sim.stats()["queued"] == 1, timeout=90, interval=0.01, message="one request queued")
+        overloaded = concurrently(2, lambda i: chat(sim.port, max_tokens=1))  # the queue is full
+    finally:
+        blocker.release()
+    waiter.join(120)
+    assert [r.status for r in queued] == [200]
+    assert [r.status for r in overloaded] == [503, 503]
     assert all(r.headers["x-sim-injected-error"] == "0" and r.json()["error"]["type"] == "server_error"
                for r in overloaded)
 
@@ -349,10 +389,16 @@ def test_decode_slows_down_with_load(simulator):
     # 10 intervals of 10 ms alone; with 4 of 4 slots busy each interval is 10 * (1 + 1.0 * 3/4) = 17.5 ms.
     sim = simulator(capacity=4, load_slowdown=1.0, decode_ms_per_token=10)
     alone = chat(sim.port, max_tokens=11, stream=True).content_times()
-    assert 90 <= alone[-1] - alone[0] <= 160, alone
-    loaded = concurrently(4, lambda i: chat(sim.port, max_tokens=11, stream=True).content_times())
-    spans = [times[-1] - times[0] for times in loaded]
-    assert all(150 <= span <= 260 for span in spans), spans
+    assert all(t >= 10 * k - 1 for k, t in enumerate(alone)) and alone[-1] <= ceiling(100), alone
+    blockers = [HeldStream(sim.port) for _ in range(3)]  # the other three slots stay busy throughout
+    try:
+        assert sim.stats()["active"] == 3
+        loaded = chat(sim.port, max_tokens=11, stream=True).content_times()
+    finally:
+        for blocker in blockers:
+            blocker.release()
+    assert all(t >= 17.5 * k - 1 for k, t in enumerate(loaded)), loaded  # never earlier than a full pool allows
+    assert loaded[-1] <= ceiling(175), loaded
 
 
 def test_a_client_that_disconnects_frees_its_slot(simulator):
@@ -361,12 +407,12 @@ def test_a_client_that_disconnects_frees_its_slot(simulator):
     gone = call(sim.port, "POST", CHAT, {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                                           "max_tokens": 40, "stream": True}, stream=True, close_after_first=True)
     assert gone.status == 200
+    left = wait_until(lambda: (lambda st: st if st["disconnects"] == 1 else None)(sim.stats()), timeout=60,
+                      message="the simulator to notice the client left")
+    # noticed on its next token, long before the 2 s of decode it had left: the slot is free
+    assert left["in_flight"] == 0 and left["active"] == 0 and left["completed"] == 0
     reply = chat(sim.port, stream=True, max_tokens=1)
-    assert reply.content_times()[0] < 300, reply.content_times()
-    deadline = time.monotonic() + 2
-    while sim.stats()["disconnects"] != 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert sim.stats()["disconnects"] == 1 and sim.stats()["in_flight"] == 0
+    assert reply.status == 200 and sim.stats()["completed"] == 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -378,9 +424,9 @@ def test_per_model_profiles_override_the_defaults(simulator):
                                      strict_models=True)
     sim = simulator(base=config)
     slow = chat(sim.port, model="slow-model", max_tokens=1)
-    assert 79 <= float(slow.headers["x-sim-ttft-ms"]) < 120 and slow.elapsed_ms >= 78
+    assert 79 <= float(slow.headers["x-sim-ttft-ms"]) < ceiling(80) and slow.elapsed_ms >= 78
     fast = chat(sim.port, model="plain", max_tokens=1)
-    assert float(fast.headers["x-sim-ttft-ms"]) < 20 and fast.status == 200
+    assert float(fast.headers["x-sim-ttft-ms"]) < 79 and fast.status == 200  # no prefill: under the slow one's
     unknown = chat(sim.port, model="gpt-nonexistent", max_tokens=1)
     assert unknown.status == 404 and unknown.json()["error"]["code"] == "model_not_found"
 
@@ -422,7 +468,7 @@ def test_command_line(tmp_path):
         line = proc.stdout.readline()
         assert "http://127.0.0.1:" in line, line
         port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 90
         while True:
             try:
                 assert call(port, "GET", "/health").status == 200
@@ -431,7 +477,7 @@ def test_command_line(tmp_path):
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
         reply = chat(port, model="cli-model", max_tokens=2)
-        assert reply.status == 200 and 59 <= float(reply.headers["x-sim-ttft-ms"]) < 100
+        assert reply.status == 200 and 59 <= float(reply.headers["x-sim-ttft-ms"]) < ceiling(60)
         assert [m["id"] for m in call(port, "GET", "/v1/models").json()["data"]] == ["sim-gpt", "cli-model"]
     finally:
         proc.terminate()
