@@ -1,0 +1,74 @@
+"""One visual language, checked in a real headless Chromium: at an 800 px wide window no page
+scrolls sideways (the traces explorer, the alerts page with its wide tables, overview, resources),
+and the pages' own forms, tables and buttons get the shared styles of app.css."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.test_browser import ARTIFACTS, PASSWORD, browser, post_spans  # noqa: F401
+
+from playwright.sync_api import expect  # noqa: E402  (after test_browser's Chromium check)
+
+from tests.spans import llm_trace  # noqa: E402
+from tests.test_panels_browser import summarised  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
+S = 10**9
+
+
+@pytest.fixture
+def narrow_page(browser, asgi_server):  # noqa: F811
+    context = browser.new_context(viewport={"width": 800, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    yield page
+    context.close()
+
+
+def log_in(page, server, username, path):
+    page.goto(f"{server.url}{path}")
+    expect(page).to_have_url(re.compile(r"/login/"))
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(f"{server.url}{path}")
+
+
+SIDEWAYS = """() => ({scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth,
+  culprits: Array.from(document.querySelectorAll('body *')).filter((e) => e.getBoundingClientRect().right >
+    document.documentElement.clientWidth + 1).slice(0, 8).map((e) => e.tagName + '.' + e.className + '#' + e.id)})"""
+
+
+def test_no_page_scrolls_sideways_at_800px(narrow_page, asgi_server, make_user, project_with_key):
+    page = narrow_page
+    make_user("nora", password=PASSWORD)
+    from django.contrib.auth import get_user_model
+
+    nora = get_user_model().objects.get(username="nora")
+    project, key = project_with_key("a-project-with-a-rather-long-name", members=[nora])
+    now = time.time_ns()
+    traces = [llm_trace(service="a-service-with-a-long-name", model="a-model-with-a-long-name-v2",
+                        start_ns=now - (9 - i) * 60 * S) for i in range(3)]
+    post_spans(asgi_server, key, [s for t in traces for s in t])
+    summarised(project.pk, 3)
+
+    log_in(page, asgi_server, "nora", "/traces/")
+    expect(page.locator("tr[data-trace-id]")).to_have_count(3)
+    sideways = []
+    for path in ["/traces/", "/alerts/", "/", "/resources/", "/costs/", "/compare/", "/loadtests/", "/settings/",
+                 "/alerts/rules/new/"]:
+        page.goto(f"{asgi_server.url}{path}")
+        page.wait_for_load_state("load")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"narrow{path.replace('/', '_')}.png"), full_page=True)
+        width = page.evaluate(SIDEWAYS)
+        if width["scroll"] > width["client"]:
+            sideways.append((path, width))
+    assert sideways == []
+    assert page.errors == []
