@@ -71,6 +71,14 @@ def page_not_found(request, exception=None, *args, **kwargs):
     """``handler404``: API and JSON URLs get the API's JSON error (with a hint when the same path
     without its trailing slash exists), pages Django's own 404 page."""
     if not _wants_json(request):
+        if request.path.startswith("/traces/"):  # e.g. /traces/a/b/: the trace page's own in-app 404
+            from django.shortcuts import render
+
+            asked = request.path[len("/traces/"):].strip("/")
+            request.GET = request.GET.copy()  # the layout's project: the user's own, whatever ?project= says
+            request.GET.pop("project", None)
+            return render(request, "dashboard/trace_not_found.html",
+                          {"trace_id": asked[:200], "truncated": len(asked) > 200, "malformed": True}, status=404)
         from django.views.defaults import page_not_found as django_page_not_found
 
         return django_page_not_found(request, exception)

@@ -61,19 +61,41 @@ def _header(detail: trace_detail.TraceDetail) -> dict:
             "phases": phases, "flags": detail.flags}
 
 
+MAX_SHOWN_ID = 200  # a malformed id is echoed (escaped) up to this many characters
+
+
+def _trace_not_found(request, trace_id: str, *, malformed: bool = False, other_project: bool = False):
+    """The in-app 404 of the trace page: what was asked for (escaped), why it may be missing, a
+    search box for another id and the way back to the explorer."""
+    shown = trace_id[:MAX_SHOWN_ID]
+    if other_project:
+        # The layout shows the current project; ?project= names one that is not the user's, which
+        # the project scope refuses: the page falls back to the user's own.
+        request.GET = request.GET.copy()
+        request.GET.pop("project", None)
+    return render(request, "dashboard/trace_not_found.html", {
+        "trace_id": shown, "truncated": len(trace_id) > MAX_SHOWN_ID, "malformed": malformed,
+        "other_project": other_project,
+    }, status=404)
+
+
 @login_required
 @require_GET
 def trace_page(request, trace_id: str):
     trace_id = trace_id.lower()
     if not trace_detail.trace_id_valid(trace_id):
-        raise Http404("Not a trace id")
+        return _trace_not_found(request, trace_id, malformed=True)
     try:
-        project, detail = _find_trace(_candidate_projects(request), trace_id)
+        projects = _candidate_projects(request)
+    except Http404:  # ?project= names a project the user is not a member of
+        return _trace_not_found(request, trace_id, other_project=True)
+    try:
+        project, detail = _find_trace(projects, trace_id)
     except StoreError as exc:
         log.error("trace page failed: %s", exc)
         return render(request, "dashboard/trace.html", {"store_error": STORE_DOWN, "trace_id": trace_id}, status=503)
     if detail is None:
-        raise Http404("No such trace in your projects")
+        return _trace_not_found(request, trace_id)
     try:
         candidates = [{"trace_id": t.trace_id, "start": datetime.fromtimestamp(t.start_ns / 1e9, tz=timezone.utc),
                        "e2e_ms": t.e2e_ns / MS, "status": t.status}

@@ -13,7 +13,8 @@ urlpatterns = [
     path("traces/", explorer_views.traces_explorer, name="traces"),
     path("traces/rows.json", explorer_views.traces_explorer_json, name="traces-rows"),
     path("traces/compare/", trace_views.trace_compare, name="trace-compare"),
-    re_path(r"^traces/(?P<trace_id>[0-9a-fA-F]{32})/$", trace_views.trace_page, name="trace"),
+    # Any one path segment: a malformed id gets the trace page's in-app "not found", not a bare 404.
+    re_path(r"^traces/(?P<trace_id>[^/]+)/$", trace_views.trace_page, name="trace"),
     path("api/v1/traces/<str:trace_id>", trace_views.trace_api, name="trace-api"),
     path("api/v1/series/overview", series_api.overview, name="series-overview"),
     path("api/v1/series/latency", series_api.latency, name="series-latency"),
