@@ -65,3 +65,28 @@ def test_the_how_it_is_built_table_names_every_top_level_folder():
     missing = [f for f in folders if f"`{f}/" not in section]
     assert not missing, f"README 'How it is built' does not describe: {missing}"
     assert "not built yet" not in section
+
+
+def _span(span_id, parent, phase, start_ms, end_ms):
+    return {"span_id": span_id, "parent_span_id": parent, "phase": phase, "name": span_id, "service": "s", "model": "",
+            "start_ns": start_ms * 10**6, "duration_ns": (end_ms - start_ms) * 10**6, "status": "ok"}
+
+
+def test_the_documented_phase_overlap_example_is_what_the_product_computes():
+    """docs/definitions.md "Which phase owns an instant": its example and its orphan rule."""
+    from dashboard.trace_math import phase_times
+
+    spans = [_span("root", "", "other", 0, 1000), _span("prep", "root", "preprocess", 0, 300),
+             _span("llm", "root", "inference", 200, 900)]
+    ms = {phase: ns / 10**6 for phase, ns in phase_times(spans).items() if ns}
+    assert ms == {"preprocess": 200, "inference": 700, "other": 100}
+    text = (ROOT / "docs" / "definitions.md").read_text()
+    assert "preprocess 200 ms, inference\n700 ms, other 100 ms" in text or "preprocess 200 ms, inference 700 ms, other 100 ms" in text
+    # The order: network over preprocess over postprocess over other, each a parallel sibling.
+    for winner, loser in (("network", "preprocess"), ("preprocess", "postprocess"), ("postprocess", "other"),
+                          ("inference", "network")):
+        both = [_span("root", "", "other", 10, 60), _span("a", "root", winner, 10, 60), _span("b", "root", loser, 10, 60)]
+        assert phase_times(both)[winner] == 50 * 10**6 and phase_times(both)[loser] == 0
+    # The root's own time ranks last: an orphan (parent never arrived) takes the instants it covers.
+    orphan = [_span("root", "", "inference", 0, 100), _span("lost", "ffffffffffffffff", "postprocess", 20, 50)]
+    assert phase_times(orphan)["postprocess"] == 30 * 10**6 and phase_times(orphan)["inference"] == 70 * 10**6
