@@ -624,6 +624,35 @@ def channel_create(*, project, name: str, kind: str, url: str = "", secret: str 
                                               emails=emails, **timers)
 
 
+def channel_test_payload(*, channel: NotificationChannel, now: datetime | None = None) -> dict:
+    """A notification in the channel's real format about a made-up firing alert, marked as a test."""
+    now = now or timezone.now()
+    project = channel.project
+    rule = {"id": 0, "name": "Test notification", "metric": "test", "condition": "a test from the alerts page",
+            "severity": "info", "window_seconds": 0, "for_seconds": 0, "runbook": "",
+            "explanation": "Sent by \"Send test notification\" on the tracedash alerts page: the channel works."}
+    labels = {"alertname": rule["name"], "project": project.name, "severity": "info", "metric": "test", "test": "true"}
+    return {
+        "version": "1", "status": "firing", "firing": 1, "resolved": 0, "test": True,
+        "groupKey": f"{project.pk}:test:{channel.pk}", "project": {"id": project.pk, "name": project.name},
+        "rule": rule,
+        "alerts": [{"status": "firing", "labels": labels,
+                    "annotations": {"summary": "tracedash test notification", "explanation": rule["explanation"],
+                                    "runbook": ""},
+                    "value": None, "noData": False, "startsAt": _iso(now), "endsAt": None,
+                    "fingerprint": f"test:{channel.pk}"}],
+        "url": settings.TRACEDASH_PUBLIC_URL.rstrip("/") + f"/alerts/?project={project.pk}" if settings.TRACEDASH_PUBLIC_URL else "",
+        "sentAt": _iso(now),
+    }
+
+
+def channel_send_test(*, channel: NotificationChannel) -> notifiers.SendResult:
+    """One delivery attempt of a test notification (no retry, no history row: the answer is shown)."""
+    result = notifiers.send(channel, channel_test_payload(channel=channel))
+    log.info("test notification to channel %s: %s", channel.pk, "delivered" if result.ok else result.error)
+    return result
+
+
 def rule_create(*, project, channels=(), **fields) -> AlertRule:
     rule = AlertRule(project=project, **fields)
     rule.full_clean(exclude=["project"])

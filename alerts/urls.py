@@ -10,6 +10,7 @@ urlpatterns = [
     path("rules/<int:rule_id>/delete/", views.rule_delete, name="rule_delete"),
     path("channels/new/", views.channel_new, name="channel_new"),
     path("channels/<int:channel_id>/delete/", views.channel_delete, name="channel_delete"),
+    path("channels/<int:channel_id>/test/", views.channel_test, name="channel_test"),
     path("silences/new/", views.silence_new, name="silence_new"),
     path("silences/<int:silence_id>/expire/", views.silence_expire, name="silence_expire"),
     path("series/<int:series_id>/ack/", views.series_ack, name="series_ack"),

@@ -56,15 +56,16 @@ def rule_edit(request, rule_id=None):
         rule = selectors.rule_for_project(project_id=project.pk, rule_id=rule_id)
         if rule is None:
             raise Http404("No such rule")
-    if request.method == "POST":
+    if request.method == "POST" and "preview" in request.POST:
+        # Preview is a POST too (the form carries the CSRF token: never put it in a URL); nothing is saved.
+        form = RuleForm(request.POST, instance=rule, project=project)
+        form.is_valid()
+    elif request.method == "POST":
         form = RuleForm(request.POST, instance=rule, project=project)
         if form.is_valid():
             saved = form.save()
             messages.success(request, f"Rule {saved.name!r} saved.")
             return _back(project)
-    elif "preview" in request.GET:
-        form = RuleForm(request.GET, instance=rule, project=project)
-        form.is_valid()
     else:
         form = RuleForm(instance=rule, project=project)
     figure, preview_error = None, ""
@@ -122,6 +123,23 @@ def channel_delete(request, channel_id):
     if channel is None:
         raise Http404("No such channel")
     channel.delete()
+    return _back(project)
+
+
+@login_required
+@require_POST
+def channel_test(request, channel_id):
+    """Send a test notification to a channel now; the result (delivered, or the error) is shown."""
+    project = _project_or_404(request)
+    channel = selectors.channels_for_project(project_id=project.pk).filter(pk=channel_id).first()
+    if channel is None:
+        raise Http404("No such channel")
+    result = services.channel_send_test(channel=channel)
+    if result.ok:
+        status = f" (HTTP {result.status_code})" if result.status_code else ""
+        messages.success(request, f"Test notification to {channel.name!r} delivered{status}.")
+    else:
+        messages.error(request, f"Test notification to {channel.name!r} failed: {result.error or 'no answer'}")
     return _back(project)
 
 

@@ -78,11 +78,12 @@ def test_rule_editor_creates_and_validates(member):
     client, project, _ = member
     response = client.post(f"/alerts/rules/new/?project={project.pk}", {
         "name": "hot GPU", "metric": "gpu_temperature", "aggregation": "max", "window_seconds": 120,
-        "comparator": "gt", "threshold": 83, "for_seconds": 60, "keep_firing_for_seconds": 0,
-        "missing_data": "keep_last", "missing_grace_seconds": 300, "severity": "warning", "enabled": "on"})
+        "comparator": "gt", "threshold": 83, "for_minutes": 1, "keep_firing_for_minutes": 0.5,
+        "missing_data": "keep_last", "missing_grace_minutes": 5, "severity": "warning", "enabled": "on"})
     assert response.status_code == 302
     rule = AlertRule.objects.get(project=project, name="hot GPU")
     assert (rule.metric, rule.aggregation, rule.threshold) == ("gpu_temperature", "max", 83)
+    assert (rule.for_seconds, rule.keep_firing_for_seconds, rule.missing_grace_seconds) == (60, 30, 300)
     bad = client.post(f"/alerts/rules/new/?project={project.pk}", {
         "name": "hot GPU", "metric": "gpu_temperature", "aggregation": "window", "window_seconds": 1,
         "comparator": "gt", "threshold": "x", "missing_data": "keep_last", "severity": "warning"})
@@ -105,11 +106,16 @@ def test_rule_editor_preview_draws_the_metric_against_the_threshold(member):
     assert max(figure["data"][0]["y"]) == pytest.approx(87, abs=0.01)
     assert figure["layout"]["shapes"][0]["y0"] == 85  # the threshold line
     assert 'id="fig-rule-preview"' in page.content.decode() and "plotly" in page.content.decode()
-    # an unsaved rule previews from the query string
-    preview = client.get(f"/alerts/rules/new/?preview=1&name=x&metric=host_cpu_percent&aggregation=avg"
-                         f"&window_seconds=60&comparator=gt&threshold=70&missing_data=keep_last&severity=info"
-                         f"&for_seconds=0&keep_firing_for_seconds=0&missing_grace_seconds=300")
+    # an unsaved rule previews from a POST with preview=1 (the CSRF token stays out of URLs); nothing is saved
+    rules = AlertRule.objects.filter(project=project).count()
+    preview = client.post(f"/alerts/rules/new/?project={project.pk}", {
+        "preview": "1", "name": "x", "metric": "host_cpu_percent", "aggregation": "avg", "window_seconds": 60,
+        "comparator": "gt", "threshold": 70, "missing_data": "keep_last", "severity": "info", "for_minutes": 0,
+        "keep_firing_for_minutes": 0, "missing_grace_minutes": 5})
     assert preview.status_code == 200 and preview.context["figure"]["layout"]["shapes"][0]["y0"] == 70
+    assert AlertRule.objects.filter(project=project).count() == rules
+    html = preview.content.decode()
+    assert 'formmethod="get"' not in html and 'name="preview"' in html
 
 
 @pytest.mark.clickhouse

@@ -43,6 +43,18 @@ def _q(world):
     return f"?project={world.a.pk}"
 
 
+def _a_key(world):
+    from projects.models import ApiKey
+
+    return ApiKey.objects.filter(project=world.a).first()
+
+
+def _a_membership(world):
+    from projects.models import Membership
+
+    return Membership.objects.get(project=world.a, user=world.alice)
+
+
 MATRIX: dict[str, Row] = {
     "healthz": Row("public", lambda w: "/healthz"),
     "login": Row("auth", lambda w: "/login/"),
@@ -58,6 +70,7 @@ MATRIX: dict[str, Row] = {
     "alerts:rule_delete": Row("form", lambda w: f"/alerts/rules/{w.rule.pk}/delete/" + _q(w), 302),
     "alerts:channel_new": Row("form", lambda w: "/alerts/channels/new/" + _q(w), 302),
     "alerts:channel_delete": Row("form", lambda w: f"/alerts/channels/{w.channel.pk}/delete/" + _q(w), 302),
+    "alerts:channel_test": Row("form", lambda w: f"/alerts/channels/{w.channel.pk}/test/" + _q(w), 302),
     "alerts:silence_new": Row("form", lambda w: "/alerts/silences/new/" + _q(w), 302),
     "alerts:silence_expire": Row("form", lambda w: f"/alerts/silences/{w.silence.pk}/expire/" + _q(w), 302),
     "alerts:series_ack": Row("form", lambda w: f"/alerts/series/{w.series.pk}/ack/" + _q(w), 302),
@@ -84,12 +97,19 @@ MATRIX: dict[str, Row] = {
     "dashboard:resources": Row("page", lambda w: "/resources/" + _q(w)),
     "dashboard:resources-series": Row("json", lambda w: "/resources/series.json" + _q(w)),
     "dashboard:settings": Row("page", lambda w: "/settings/" + _q(w)),
+    "projects:key_create": Row("form", lambda w: "/settings/keys/new/" + _q(w), 200),
+    "projects:key_revoke": Row("form", lambda w: f"/settings/keys/{_a_key(w).pk}/revoke/" + _q(w), 302),
+    "projects:member_add": Row("form", lambda w: "/settings/members/new/" + _q(w), 302),
+    "projects:member_remove": Row("form", lambda w: f"/settings/members/{_a_membership(w).pk}/remove/" + _q(w), 302),
+    "projects:project_create": Row("form", lambda w: "/settings/projects/new/" + _q(w), 200,
+                                   note="names the current project: a non-member's ?project= is a 404 too"),
 }
 
 # URLs naming one object of project A (a rule, a trace, a load test run, …).
-OBJECT_URLS = {"alerts:rule_edit", "alerts:rule_delete", "alerts:channel_delete", "alerts:silence_expire",
+OBJECT_URLS = {"alerts:rule_edit", "alerts:rule_delete", "alerts:channel_delete", "alerts:channel_test",
+               "alerts:silence_expire",
                "alerts:series_ack", "loadtests:detail", "loadtests:report_json", "dashboard:trace-compare",
-               "dashboard:trace", "dashboard:trace-api"}
+               "dashboard:trace", "dashboard:trace-api", "projects:key_revoke", "projects:member_remove"}
 PROTECTED = [name for name, row in MATRIX.items() if row.kind in ("page", "json", "form")]
 
 
@@ -164,9 +184,13 @@ def _logged_in(user):
 def _objects_exist(w):
     from alerts.models import AlertRule, NotificationChannel, Silence
 
+    from projects.models import ApiKey, Membership, Project
+
     silence = Silence.objects.get(pk=w.silence.pk)
     return (AlertRule.objects.filter(pk=w.rule.pk).exists(), NotificationChannel.objects.filter(pk=w.channel.pk).exists(),
-            silence.ends_at, type(w.series).objects.get(pk=w.series.pk).acknowledged_at)
+            silence.ends_at, type(w.series).objects.get(pk=w.series.pk).acknowledged_at,
+            sorted(ApiKey.objects.filter(revoked_at__isnull=True).values_list("pk", flat=True)),
+            sorted(Membership.objects.values_list("pk", flat=True)), Project.objects.count())
 
 
 @pytest.mark.parametrize("name", PROTECTED)
