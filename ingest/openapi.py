@@ -29,12 +29,15 @@ PROTOBUF = "application/x-protobuf"
 _RENAMES = {"SpanIn": "Span", "EventIn": "Event", "ResourceSampleIn": "ResourceSample", "ProcessIn": "Process"}
 
 _LIMITS = Limits()
-_TIME = ("RFC 3339 text (nanoseconds kept), e.g. `2026-11-30T12:00:00.200Z`, or integer unix nanoseconds; "
+_TIME = ("RFC 3339 text (nanoseconds kept), e.g. `2026-11-30T12:00:00.200Z`, or integer unix nanoseconds "
+         "(any JSON notation of a whole number, e.g. `1.7960400002e18`, read exactly); "
          "between 2000-01-01 and 2200-01-01")
 _ATTRIBUTES = (f"Object; nested objects become dotted keys, lists JSON text, all values strings (at most "
                f"{_LIMITS.max_attributes} keys, keys ≤ {_LIMITS.max_key_bytes} bytes, values ≤ "
                f"{_LIMITS.max_value_bytes // 1024} KiB, nested at most 8 levels deep).")
 
+# Every `integer` field takes a JSON number with a whole value in any notation (`812`, `812.0`, `70e9`);
+# a fraction is refused naming the field (JSON Schema's `integer` means exactly that).
 _DESCRIPTIONS: dict[str, tuple[str, dict[str, str]]] = {
     "Span": (
         "One span. Each span of a batch is validated on its own: a bad one is listed in `rejected` "
@@ -57,7 +60,8 @@ _DESCRIPTIONS: dict[str, tuple[str, dict[str, str]]] = {
             "status": "`ok` (default) or `error`.",
             "status_message": f"The error's text, at most {_LIMITS.max_value_bytes} characters.",
             "ttft_ms": "Time to first token in milliseconds; a non-negative number. Absent means unknown, never 0.",
-            "input_tokens": "Input (prompt) tokens; a non-negative whole number. Absent means unknown, never 0.",
+            "input_tokens": "Input (prompt) tokens; a non-negative whole number (`812` or `812.0`, not `812.5`). "
+                            "Absent means unknown, never 0.",
             "output_tokens": "Output (completion) tokens; a non-negative whole number. Absent means unknown, never 0.",
             "cost_usd": "Cost in US dollars; a non-negative number. Absent means unknown, never 0.",
             "attributes": "The span's attributes. " + _ATTRIBUTES,
@@ -85,7 +89,8 @@ _DESCRIPTIONS: dict[str, tuple[str, dict[str, str]]] = {
             "gpu_uuid": f"The GPU's UUID, at most {MAX_LABEL_CHARS} characters.",
             "gpu_name": f"The GPU's model name, at most {MAX_LABEL_CHARS} characters.",
             "gpu_utilization": "GPU utilization in percent, 0 to 100.",
-            "gpu_memory_used": "GPU memory in use, in bytes; not more than `gpu_memory_total` when both are sent.",
+            "gpu_memory_used": "GPU memory in use, in bytes (a whole number, e.g. `70000000000` or `70e9`); not more "
+                               "than `gpu_memory_total` when both are sent.",
             "gpu_memory_total": "GPU memory, in bytes.",
             "gpu_temperature": "GPU temperature in degrees Celsius, -100 to 300.",
             "gpu_power_watts": "GPU power draw in watts, 0 to 100000.",
