@@ -15,6 +15,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("ingest.urls")),
     path("alerts/", include("alerts.urls")),
+    path("settings/", include("projects.urls")),
     path("", include("loadtests.urls")),
     path("", include("dashboard.urls")),
 ]

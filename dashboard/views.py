@@ -11,8 +11,6 @@ from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 
-from projects.forms import RetentionForm
-from projects.services import project_retention_update
 from store import StoreError, get_store
 
 from . import panel_selectors, panels, rollups, selectors
@@ -22,7 +20,6 @@ from .compare import side_stats as compare_side_stats
 from .filters import FilterBar, filter_bar_from_query
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
 from .project_scope import current_project
-from .retention_services import effective_retention_days
 from .rollups import PROJECTION_DAYS
 from .timewindow import PRESETS, TimeWindow, window_from_query
 
@@ -395,21 +392,8 @@ def compare_json(request):
 
 @login_required
 def project_settings(request):
-    """The current project's settings: its retention (members of the project only)."""
-    project = current_project(request)
-    form = None
-    saved = False
-    if project is not None:
-        if request.method == "POST":
-            form = RetentionForm(request.POST)
-            if form.is_valid():
-                project_retention_update(project=project, retention_days=form.cleaned_data["retention_days"])
-                return redirect(f"{request.path}?project={project.pk}&saved=1")
-        else:
-            form = RetentionForm(initial={"retention_days": project.retention_days})
-            saved = request.GET.get("saved") == "1"
-    global_days = int(settings.TRACEDASH_RETENTION_DAYS)
-    context = {"form": form, "saved": saved, "global_retention_days": global_days,
-               "effective_retention_days": effective_retention_days(retention_days=project.retention_days)
-               if project is not None else None}
-    return render(request, "dashboard/settings.html", context, status=400 if form is not None and form.errors else 200)
+    """The settings page: the current project's retention, ingest keys and members, and the user's
+    projects (members of the project only; projects/views.py)."""
+    from projects.views import settings_page
+
+    return settings_page(request)

@@ -64,6 +64,9 @@ class ApiKey(models.Model):
     key_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # When an ingest request last used the key, to the minute: written at most once a minute per
+    # key (projects.services.api_key_record_use), never once per request.
+    last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

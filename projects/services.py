@@ -4,16 +4,34 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from .models import ApiKey, Membership, Project
 
+log = logging.getLogger("tracedash.projects")
+
 KEY_PREFIX_BYTES = 6  # 12 hex characters
 KEY_SECRET_BYTES = 24  # 192 bits of entropy
+NAME_MAX_LENGTH = 200
+# "Last used" is written at most once per this interval per key: ingestion runs thousands of
+# requests a second, and a metadata write per request would make the database the bottleneck.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def _clean_name(value, *, field: str, what: str) -> str:
+    name = (value or "").strip()
+    if not name:
+        raise ValidationError({field: f"the {what} name is empty"})
+    if len(name) > NAME_MAX_LENGTH:
+        raise ValidationError({field: f"the {what} name is longer than {NAME_MAX_LENGTH} characters"})
+    return name
 
 
 def _hash_key(raw_key: str) -> str:
@@ -22,7 +40,11 @@ def _hash_key(raw_key: str) -> str:
 
 
 def api_key_create(*, project: Project, name: str = "default") -> tuple[ApiKey, str]:
-    """Create a key; returns the row and the plaintext key, which is never stored."""
+    """Create a key; returns the row and the plaintext key, which is never stored.
+
+    The one way keys are made (settings page, admin, ``create_project``, first start). A blank or
+    over-long name is a ``ValidationError`` on ``name``."""
+    name = _clean_name(name, field="name", what="key")
     while True:
         prefix = secrets.token_hex(KEY_PREFIX_BYTES)
         if not ApiKey.objects.filter(prefix=prefix).exists():
@@ -38,8 +60,33 @@ def api_key_revoke(*, key: ApiKey) -> None:
         key.save(update_fields=["revoked_at"])
 
 
+def api_key_record_use(*, key: ApiKey, now=None) -> bool:
+    """Note that ``key`` was just used, at most once per ``LAST_USED_RESOLUTION`` per key.
+
+    The row's ``last_used_at`` (already loaded by the lookup) decides, so a key used within the
+    last minute costs no write at all; otherwise one conditional ``UPDATE`` (which several
+    processes may race for: only the first in a minute changes the row). Best effort: a failed
+    write is logged and never fails the request that used the key. Returns whether it wrote."""
+    now = now or timezone.now()
+    if key.last_used_at is not None and now - key.last_used_at < LAST_USED_RESOLUTION:
+        return False
+    stale = now - LAST_USED_RESOLUTION
+    try:
+        with transaction.atomic():
+            updated = (ApiKey.objects.filter(pk=key.pk)
+                       .exclude(last_used_at__gt=stale)
+                       .update(last_used_at=now))
+    except DatabaseError as exc:
+        log.warning("could not record the use of ingest key td_%s_…: %s", key.prefix, exc)
+        return False
+    key.last_used_at = now
+    return bool(updated)
+
+
 def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
-    """The active key matching ``raw_key``, or None. Revocation takes effect at once."""
+    """The active key matching ``raw_key``, or None. Revocation takes effect at once: every call
+    reads the key's row (``revoked_at``), so a revoked key's next request is refused. A match
+    records the use (``api_key_record_use``: at most one write a minute per key)."""
     parts = raw_key.split("_", 2)
     if len(parts) != 3 or parts[0] != "td" or len(parts[1]) != KEY_PREFIX_BYTES * 2:
         return None
@@ -49,22 +96,62 @@ def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
         return None
     if not hmac.compare_digest(key.key_hash, _hash_key(raw_key)):
         return None
+    api_key_record_use(key=key)
     return key
 
 
-@transaction.atomic
 def project_create(*, name: str, owner=None) -> tuple[Project, str]:
-    """Create a project with one ingest key; returns the project and the plaintext key."""
-    project = Project.objects.create(name=name)
-    if owner is not None:
-        Membership.objects.create(project=project, user=owner, role=Membership.Role.OWNER)
-    _, raw = api_key_create(project=project)
+    """Create a project with one ingest key; returns the project and the plaintext key.
+
+    ``owner`` (optional) becomes its first member. A blank, over-long or already used name is a
+    ``ValidationError`` on ``name``, and nothing is written."""
+    name = _clean_name(name, field="name", what="project")
+    duplicate = ValidationError({"name": f"a project named {name!r} already exists"})
+    if Project.objects.filter(name=name).exists():
+        raise duplicate
+    try:
+        with transaction.atomic():
+            project = Project.objects.create(name=name)
+            if owner is not None:
+                Membership.objects.create(project=project, user=owner, role=Membership.Role.OWNER)
+            _, raw = api_key_create(project=project)
+    except IntegrityError:  # the same name, created between the check and the insert
+        raise duplicate from None
     return project, raw
 
 
 def membership_add(*, project: Project, user, role: str = Membership.Role.MEMBER) -> Membership:
     membership, _ = Membership.objects.get_or_create(project=project, user=user, defaults={"role": role})
     return membership
+
+
+def membership_add_by_username(*, project: Project, username: str) -> Membership:
+    """Add the existing user ``username`` to ``project`` (as a member). An unknown username or
+    one that is already a member is a ``ValidationError`` on ``username``."""
+    username = (username or "").strip()
+    if not username:
+        raise ValidationError({"username": "the username is empty"})
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise ValidationError({"username": f"no user named {username!r}"})
+    if Membership.objects.filter(project=project, user=user).exists():
+        raise ValidationError({"username": f"{username!r} is already a member of {project.name!r}"})
+    try:
+        with transaction.atomic():
+            return Membership.objects.create(project=project, user=user, role=Membership.Role.MEMBER)
+    except IntegrityError:  # added by someone else in between
+        raise ValidationError({"username": f"{username!r} is already a member of {project.name!r}"}) from None
+
+
+@transaction.atomic
+def membership_remove(*, membership: Membership) -> None:
+    """Remove a member from its project. The last member cannot be removed: a project nobody
+    belongs to could only be reached through the admin again."""
+    others = Membership.objects.select_for_update().filter(project_id=membership.project_id).exclude(pk=membership.pk)
+    if not others.exists():
+        raise ValidationError(f"{membership.user.get_username()!r} is the last member of the project; "
+                              "add someone else before removing them")
+    membership.delete()
 
 
 def local_admin_ensure(*, username: str = "admin") -> dict:

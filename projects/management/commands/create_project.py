@@ -1,6 +1,6 @@
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.db import IntegrityError
 
 from projects.services import membership_add, project_create
 
@@ -26,8 +26,8 @@ class Command(BaseCommand):
             users.append(user)
         try:
             project, key = project_create(name=name)
-        except IntegrityError:
-            raise CommandError(f"a project named {name!r} already exists") from None
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from None
         for user in users:
             membership_add(project=project, user=user)
         self.stdout.write(f"Created project {project.name!r} (id {project.pk}). Its ingest key, shown only once:")
