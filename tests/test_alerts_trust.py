@@ -229,3 +229,23 @@ def test_send_test_notification_reports_delivery_and_errors(member, closed_port_
     down = channel_create(project=project, name="down", kind="slack", url=closed_port_url)
     page = client.post(f"/alerts/channels/{down.pk}/test/?project={project.pk}", follow=True).content.decode()
     assert "Test notification to &#x27;down&#x27; failed: URLError" in page
+
+
+@pytest.mark.django_db
+def test_the_migration_updates_untouched_old_default_rules_only(project_with_key):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("alerts.migrations.0003_default_rules_sustained")
+    project, _ = project_with_key()
+    other, _ = project_with_key()
+    AlertRule.objects.filter(project=project, name=CPU_RULE).update(window_seconds=300, for_seconds=0)  # as installed before
+    AlertRule.objects.filter(project=other, name=CPU_RULE).update(window_seconds=300, for_seconds=0, threshold=90)
+    AlertRule.objects.filter(project=other, name="P95 end-to-end > 1500 ms").update(for_seconds=120)  # edited
+    migration.forwards(apps, None)
+    cpu = AlertRule.objects.get(project=project, name=CPU_RULE)
+    assert (cpu.window_seconds, cpu.for_seconds) == (60, 300)
+    assert AlertRule.objects.get(project=other, name="P95 end-to-end > 1500 ms").for_seconds == 120
+    edited = AlertRule.objects.get(project=other, name=CPU_RULE)  # its owner changed the threshold: left alone
+    assert (edited.window_seconds, edited.for_seconds, edited.threshold) == (300, 0, 90)

@@ -5,8 +5,12 @@ sample (``for`` 0). Installed copies nobody has edited get the new definition: t
 from django.db import migrations
 
 OLD_NEW = (
-    ("Host CPU > 70 % for 5 min", dict(window_seconds=300, for_seconds=0), dict(window_seconds=60, for_seconds=300)),
-    ("P95 end-to-end > 1500 ms", dict(window_seconds=300, for_seconds=0), dict(window_seconds=300, for_seconds=300)),
+    ("Host CPU > 70 % for 5 min",
+     dict(metric="host_cpu_percent", aggregation="avg", comparator="gt", threshold=70, window_seconds=300, for_seconds=0),
+     dict(window_seconds=60, for_seconds=300)),
+    ("P95 end-to-end > 1500 ms",
+     dict(metric="e2e_p95_ms", comparator="gt", threshold=1500, window_seconds=300, for_seconds=0),
+     dict(for_seconds=300)),
 )
 
 
