@@ -37,7 +37,7 @@ TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 # at least 8 hex characters, matched as a prefix among the project's traces of any time.
 TRACE_ID_PREFIX = re.compile(r"^[0-9a-f]{8,32}$")
 MIN_TRACE_ID_PREFIX = 8
-STATUSES = ("ok", "error")
+STATUSES = ("ok", "recovered", "error")  # the request's (its root's) status: DOMAIN.md "Status"
 SORTS = ("start", "duration", "ttft", "cost")
 DIRECTIONS = ("asc", "desc")
 PAGE_SIZE = 50
@@ -133,7 +133,7 @@ class ExplorerQuery:
     end_ns: int
     service: str = ""  # the root span's service
     model: str = ""  # the trace's model (its first model call's)
-    status: str = ""  # "ok" | "error"
+    status: str = ""  # "ok" | "recovered" | "error"
     phase: str = ""  # the trace's dominant phase (the one with the most exclusive time)
     min_duration_ns: int | None = None
     max_duration_ns: int | None = None
@@ -151,7 +151,7 @@ class ExplorerQuery:
         if self.direction not in DIRECTIONS:
             raise QueryError("dir", "must be asc or desc")
         if self.status and self.status not in STATUSES:
-            raise QueryError("status", "must be ok or error")
+            raise QueryError("status", "must be ok, recovered or error")
         if self.phase and self.phase not in PHASES:
             raise QueryError("phase", f"must be one of {', '.join(PHASES)}")
         if self.trace_id and not TRACE_ID_PREFIX.match(self.trace_id):

@@ -48,7 +48,7 @@ def explorer_query_parse(params, *, bar: FilterBar) -> tuple[ExplorerQuery | Non
         errors.setdefault(name, message)
     status = (params.get("status") or "").strip()
     if status and status not in STATUSES:
-        errors["status"] = "must be ok or error"
+        errors["status"] = "must be ok, recovered or error"
     phase = (params.get("phase") or "").strip()
     if phase and phase not in PHASES:
         errors["phase"] = f"must be one of {', '.join(PHASES)}"

@@ -2,7 +2,8 @@
 "Over a time window"), from the per-trace summaries (``traces``, latest version of each trace).
 
 A request is a trace whose root has arrived, in the window its root starts in (as the rollups
-count it). ``service`` filters on the trace's root service and ``model`` on its first model call
+count it). Its status is its root's (DOMAIN.md "Status"): an error request is one whose root
+failed; a recovered one succeeded although a span below it failed (not an error). ``service`` filters on the trace's root service and ``model`` on its first model call
 (the dimensions the rollups keep). Percentiles here are exact (``quantilesExact``) over the
 window's requests; a phase's percentiles are over the requests that spent time in that phase.
 """
@@ -29,6 +30,8 @@ _FILTER = """project_id = {project_id:UInt64} AND has_root = 1
 
 _AGGREGATES = """count() AS requests,
     countIf(status = 'error') AS errors,
+    countIf(status = 'recovered') AS recovered_n,
+    sum(error_spans) AS error_spans_n,
     sum(e2e_ns) AS e2e_sum_ns,
     sum(input_tokens) AS input_total,
     sum(output_tokens) AS output_total,
@@ -75,6 +78,8 @@ class WindowStats:
     phase_ms: dict[str, dict[float, float | None]]  # phase -> quantile -> exclusive ms
     phase_mean_ms: dict[str, float | None]
     e2e_mean_ms: float | None
+    recovered: int = 0  # requests that succeeded although a span failed (a retried call): not errors
+    error_spans: int = 0  # spans with status error in the window's requests ("spans with errors")
 
     @property
     def rps(self) -> float:
@@ -125,6 +130,7 @@ def _stats(r: dict, seconds: float) -> WindowStats:
         phase_ms={p: _ms(r[f"{p}_q"], r[f"{p}_n"]) for p in PHASES},
         phase_mean_ms={p: (r[f"{p}_sum"] / n / 1e6 if n else None) for p in PHASES},
         e2e_mean_ms=r["e2e_sum_ns"] / n / 1e6 if n else None,
+        recovered=int(r["recovered_n"]), error_spans=int(r["error_spans_n"]),
     )
 
 
@@ -233,16 +239,20 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
     step = bucket_seconds(start=start, end=end, points=points)
     times = bucket_times(start=start, end=end, step=step)
     index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
+    # Each call's cost under its own model (DOMAIN.md "Cost"); a summary written before the
+    # per-model maps existed counts under the trace's model.
     sql = (f"SELECT intDiv(toUnixTimestamp64Milli(start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}} AS bucket_ms, "
-           f"model, sum(ifNull(cost_usd, 0)) AS cost FROM traces FINAL WHERE {_FILTER} "
-           "GROUP BY bucket_ms, model ORDER BY model, bucket_ms")
+           "sumMap(if(empty(model_cost_usd) AND cost_usd IS NOT NULL, CAST(map(CAST(model AS String), "
+           "assumeNotNull(cost_usd)), 'Map(String, Float64)'), model_cost_usd)) AS costs "
+           f"FROM traces FINAL WHERE {_FILTER} GROUP BY bucket_ms ORDER BY bucket_ms")
     out: dict[str, list[float | None]] = {}
     for r in get_store().query(sql, _params(project_id, start, end, service, model, step_ms=step * 1000),
                                tag="dashboard.panel_selectors.spend_by_model").dicts():
         i = index.get(r["bucket_ms"])
         if i is not None:
-            out.setdefault(r["model"] or "(no model)", [None] * len(times))[i] = float(r["cost"])
-    return ModelSpend(times=times, step_seconds=step, cost_by_model=out)
+            for m, cost in r["costs"].items():
+                out.setdefault(m or "(no model)", [None] * len(times))[i] = float(cost)
+    return ModelSpend(times=times, step_seconds=step, cost_by_model=dict(sorted(out.items())))
 
 
 def panel_facets(*, project_id: int, start: datetime, end: datetime) -> dict[str, list[str]]:

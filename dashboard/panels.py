@@ -332,13 +332,22 @@ class Kpi:
         return "better" if (change > 0) == self.higher_is_better else "worse"
 
 
-def overview_kpis(now: WindowStats, before: WindowStats) -> list[Kpi]:
+def current_label(seconds: float) -> str:
+    """"last 5 min": the span the current rate is measured over."""
+    minutes = max(1, round(seconds / 60))
+    return f"last {minutes} min"
+
+
+def overview_kpis(now: WindowStats, before: WindowStats, current: WindowStats | None = None,
+                  current_before: WindowStats | None = None) -> list[Kpi]:
+    """The overview's tiles. RPS twice, each labelled: averaged over the whole window, and
+    ``current`` (the window's last minutes, against the minutes before them)."""
     def pct(v):
         return None if v is None else 100 * v
 
     return [
         Kpi("requests", "Requests", now.requests, before.requests, "", None, 0),
-        Kpi("rps", "RPS", now.rps, before.rps, "/s", None, 3),
+        *rps,
         Kpi("output_tps", "Output tokens/s", now.output_tps, before.output_tps, "/s", None, 2),
         Kpi("error_rate", "Error rate", pct(now.error_rate), pct(before.error_rate), "%", False, 2),
         Kpi("availability", "Availability", pct(now.availability), pct(before.availability), "%", True, 2),
@@ -353,7 +362,10 @@ def overview_kpis(now: WindowStats, before: WindowStats) -> list[Kpi]:
 
 
 # --- costs ---------------------------------------------------------------------------------------
-def costs_figures(series: WindowSeries, spend: ModelSpend, *, filters: dict[str, str]) -> dict[str, dict]:
+def costs_figures(series: WindowSeries, spend: ModelSpend, *, filters: dict[str, str],
+                  totals: list | None = None) -> dict[str, dict]:
+    """``totals``: tokens and spend per model over the window (``rollups.ModelTotals``), each
+    model call under its own model."""
     links = _links(series.times, series.step_seconds, filters)
     x = series.times
     tokens = figure(barmode="stack", **_series_layout(series, "Tokens per bucket", "tokens"))
@@ -369,13 +381,30 @@ def costs_figures(series: WindowSeries, spend: ModelSpend, *, filters: dict[str,
                      mode="lines+markers", customdata=links, connectgaps=False)
     unit.add_scatter(x=x, y=series.values(lambda b: _r(b.cost_per_1k_tokens, 8)), name="cost per 1k tokens",
                      yaxis="y2", mode="lines+markers", customdata=links, connectgaps=False)
+    rps = [Kpi("rps", "RPS (window average)", now.rps, before.rps, "/s", None, 3)]
+    if current is not None:
+        rps.append(Kpi("rps_current", f"RPS ({current_label(current.seconds)})", current.rps,
+                       None if current_before is None else current_before.rps, "/s", None, 3))
 
     by_model = figure(barmode="stack", **_series_layout(series, "Spend per model", "USD"))
     for model, values in sorted(spend.cost_by_model.items()):
         model_links = _links(spend.times, spend.step_seconds, {**filters, "model": "" if model == "(no model)" else model})
+        # DOMAIN.md "Status": error requests are those whose root failed; recovered ones (a failed,
+        # retried call under a root that succeeded) are not errors, and are counted on their own.
         by_model.add_bar(x=spend.times, y=[_r(v, 8) for v in values], name=model, customdata=model_links,
                          showlegend=True)
-    return {"fig-tokens": figure_dict(tokens), "fig-unit-cost": figure_dict(unit), "fig-spend": figure_dict(by_model)}
+        Kpi("recovered", "Recovered requests", now.recovered, before.recovered, "", None, 0),
+        Kpi("error_spans", "Spans with errors", now.error_spans, before.error_spans, "", None, 0),
+    figs = {"fig-tokens": figure_dict(tokens), "fig-unit-cost": figure_dict(unit), "fig-spend": figure_dict(by_model)}
+    if totals is not None:
+        names = [t.model for t in totals]
+        per_model = figure(barmode="group", height=260, hovermode="closest",
+                           title={"text": "Tokens per model (each call under its own model)", "x": 0, "font": {"size": 13}},
+                           xaxis={"type": "category"}, yaxis={"title": {"text": "tokens"}, "rangemode": "tozero"})
+        per_model.add_bar(x=names, y=[t.input_tokens for t in totals], name="input tokens", marker_color="#4e79a7")
+        per_model.add_bar(x=names, y=[t.output_tokens for t in totals], name="output tokens", marker_color="#f28e2b")
+        figs["fig-model-tokens"] = figure_dict(per_model)
+    return figs
 
 
 def costs_kpis(now: WindowStats, before: WindowStats) -> list[Kpi]:

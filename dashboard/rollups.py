@@ -145,7 +145,7 @@ def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool 
     return "(" + "\n UNION ALL ".join(parts) + ")", params
 
 
-_SUM_COLUMNS = ("requests", "errors", "e2e_sum_ns", "input_tokens", "output_tokens", "cost_usd",
+_SUM_COLUMNS = ("requests", "errors", "recovered", "error_spans", "e2e_sum_ns", "input_tokens", "output_tokens", "cost_usd",
                 "cost_estimated_requests", "ttft_count", "tpot_count", *(f"{p}_sum_ns" for p in PHASES))
 HISTOGRAMS = ("e2e", "ttft", "tpot", *PHASES)
 SERIES_HISTOGRAMS = ("e2e", "ttft", "network")
@@ -220,6 +220,7 @@ def _stats(r: dict, quantiles: dict[str, tuple[list, int]], seconds: float) -> W
         phase_ms={p: _ms(quantiles.get(p)) for p in PHASES},
         phase_mean_ms={p: (int(r[f"s_{p}_sum_ns"]) / n / 1e6 if n else None) for p in PHASES},
         e2e_mean_ms=int(r["s_e2e_sum_ns"]) / n / 1e6 if n else None,
+        recovered=int(r["s_recovered"]), error_spans=int(r["s_error_spans"]),
     )
 
 
@@ -319,9 +320,19 @@ def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service:
     return LatencyHeatmap(times=times, step_seconds=step, edges_ms=LATENCY_EDGES_MS, counts=counts)
 
 
+# Cost and tokens per model of the calls (each call under its own model, DOMAIN.md "Cost").
+# Rows summarised before migration 0012 carry no per-model map: their cost counts under the
+# trace's model (the rollup row's), as it did then.
+def _per_model(column: str) -> str:
+    total = {"model_cost_usd": "cost_usd", "model_input_tokens": "input_tokens", "model_output_tokens": "output_tokens"}[column]
+    return (f"if(empty({column}) AND {total} > 0, CAST(map(CAST(model AS String), {total}), 'Map(String, "
+            f"{'Float64' if column == 'model_cost_usd' else 'UInt64'})'), {column})")
+
+
 def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
                    points: int = 120) -> ModelSpend:
-    """Cost per model (the trace's first model call's; "(no model)") per time bucket."""
+    """Cost per model per time bucket: each model call's cost under its own model ("(no model)"
+    for spans without one). ``model`` filters the requests (by their first model call), as elsewhere."""
     if _exact(start, end, points):
         return panel_selectors.spend_by_model(project_id=project_id, start=start, end=end, service=service,
                                               model=model, points=points)
@@ -331,42 +342,107 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
     out: dict[str, list[float | None]] = {}
     segments = window_pieces(start, end, step)
     if segments:
-        source, params = _source(segments, "bucket, model, requests, cost_usd")
-        sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, model AS m, "
-               f"sum(cost_usd) AS cost FROM {source} GROUP BY t, m HAVING sum(requests) > 0 ORDER BY m, t")
+        source, params = _source(segments, "bucket, model, requests, cost_usd, model_cost_usd")
+        sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, "
+               f"sumMap({_per_model('model_cost_usd')}) AS costs FROM {source} GROUP BY t HAVING sum(requests) > 0")
         for r in get_store().query(sql, {"project_id": project_id, "service": service, "model": model, "step": step,
                                          **params}, tag="dashboard.rollups.spend_by_model").dicts():
             i = index.get(int(r["t"]))
-            if i is not None:
-                out.setdefault(r["m"] or "(no model)", [None] * len(times))[i] = float(r["cost"])
-    return ModelSpend(times=times, step_seconds=step, cost_by_model=out)
+            if i is None:
+                continue
+            for m, cost in sorted(r["costs"].items()):
+                out.setdefault(m or "(no model)", [None] * len(times))[i] = float(cost)
+    return ModelSpend(times=times, step_seconds=step, cost_by_model=dict(sorted(out.items())))
+
+
+@dataclass(frozen=True)
+class ModelTotals:
+    """One model's calls over a window: their tokens and cost (each call under its own model)."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+def model_totals(*, project_id: int, start: datetime, end: datetime, service: str = "",
+                 model: str = "") -> list[ModelTotals]:
+    """Tokens and spend per model over [start, end), most expensive first ("(no model)": spans
+    that carry tokens or cost without a model)."""
+    segments = window_pieces(start, end)
+    if not segments:
+        return []
+    source, params = _source(segments, "bucket, model, cost_usd, input_tokens, output_tokens, model_cost_usd, "
+                                       "model_input_tokens, model_output_tokens")
+    r = get_store().query(
+        f"SELECT sumMap({_per_model('model_cost_usd')}) AS costs, sumMap({_per_model('model_input_tokens')}) AS ins,"
+        f" sumMap({_per_model('model_output_tokens')}) AS outs FROM {source}",
+        {"project_id": project_id, "service": service, "model": model, **params},
+        tag="dashboard.rollups.model_totals").dicts()[0]
+    names = set(r["costs"]) | set(r["ins"]) | set(r["outs"])
+    rows = [ModelTotals(model=m or "(no model)", input_tokens=int(r["ins"].get(m, 0)),
+                        output_tokens=int(r["outs"].get(m, 0)), cost_usd=float(r["costs"].get(m, 0.0))) for m in names]
+    return sorted(rows, key=lambda t: (-t.cost_usd, -(t.input_tokens + t.output_tokens), t.model))
 
 
 @dataclass(frozen=True)
 class SpendProjection:
-    """Projected monthly spend = cost of the last 7 days × 30 / 7 (a projection, labelled so)."""
+    """Projected monthly spend = cost over the time the last 7 days actually cover × 30 days /
+    that time (a project a day old is projected from its day, not from 7 days mostly empty)."""
 
-    start: datetime
+    start: datetime  # where the data of the last 7 days begins (its first request), or 7 days ago
     end: datetime
-    cost_last_7_days: float
+    covered_seconds: float  # the time the projection is based on (0: no data)
+    cost_covered: float  # the cost over that time
     projected_monthly: float
-    by_model: dict[str, float]  # projected monthly spend per model
+    by_model: dict[str, float]  # projected monthly spend per model (each call under its own model)
+
+    @property
+    def cost_last_7_days(self) -> float:
+        return self.cost_covered
+
+    @property
+    def basis(self) -> str:
+        """"37 minutes", "5.2 hours", "7 days": how much data the projection is based on."""
+        seconds = self.covered_seconds
+        if seconds < 2 * HOUR:
+            minutes = max(1, round(seconds / MINUTE))
+            return f"{minutes} minute{'s' if minutes != 1 else ''}"
+        if seconds < 2 * DAY:
+            return f"{seconds / HOUR:.1f} hours"
+        return f"{seconds / DAY:.1f} days".replace(".0 days", " days")
+
+
+MONTH_SECONDS = 30 * DAY
+
+_FIRST_REQUEST_SQL = """SELECT toUnixTimestamp64Nano(start_time) FROM traces_by_start
+WHERE project_id = {project_id:UInt64} AND has_root = 1
+  AND start_time >= fromUnixTimestamp64Nano({start_ns:Int64}) AND start_time < fromUnixTimestamp64Nano({end_ns:Int64})
+ORDER BY start_time LIMIT 1"""
 
 
 def spend_projection(*, project_id: int, now: datetime | None = None, service: str = "", model: str = "") -> SpendProjection:
     end = now or datetime.now(timezone.utc)
     start = end - timedelta(days=PROJECTION_DAYS)
-    segments = rollup_segments(start_s=_seconds(start), end_s=_seconds(end))
-    source, params = _source(segments, "bucket, model, cost_usd")
-    by_model = {
-        (r["m"] or "(no model)"): float(r["cost"]) * 30 / PROJECTION_DAYS
-        for r in get_store().query(f"SELECT model AS m, sum(cost_usd) AS cost FROM {source} GROUP BY m ORDER BY m",
-                                   {"project_id": project_id, "service": service, "model": model, **params},
-                                   tag="dashboard.rollups.spend_projection").dicts()
-    }
-    week = sum(by_model.values()) * PROJECTION_DAYS / 30
-    return SpendProjection(start=start, end=end, cost_last_7_days=week, projected_monthly=sum(by_model.values()),
-                           by_model=by_model)
+    first = get_store().query(_FIRST_REQUEST_SQL, {"project_id": project_id, "start_ns": _ns(start), "end_ns": _ns(end)},
+                              tag="dashboard.rollups.first_request").scalar()
+    if first is None:
+        return SpendProjection(start=start, end=end, covered_seconds=0.0, cost_covered=0.0, projected_monthly=0.0,
+                               by_model={})
+    # The project's data begins at its first request of the last 7 days (whatever the filters:
+    # a filtered figure is projected over the same time, so models add up to the whole).
+    covered_from = max(start, _EPOCH + timedelta(microseconds=int(first) // 1000))
+    covered = max((end - covered_from).total_seconds(), 1.0)
+    segments = window_pieces(covered_from, end)
+    source, params = _source(segments, "bucket, model, cost_usd, model_cost_usd")
+    r = get_store().query(f"SELECT sum(cost_usd) AS cost, sumMap({_per_model('model_cost_usd')}) AS costs FROM {source}",
+                          {"project_id": project_id, "service": service, "model": model, **params},
+                          tag="dashboard.rollups.spend_projection").dicts()[0]
+    scale = MONTH_SECONDS / covered
+    by_model = {(m or "(no model)"): float(c) * scale for m, c in sorted(r["costs"].items())}
+    cost = float(r["cost"] or 0.0)
+    return SpendProjection(start=covered_from, end=end, covered_seconds=covered, cost_covered=cost,
+                           projected_monthly=cost * scale, by_model=by_model)
 
 
 # --- compare -----------------------------------------------------------------------------------
@@ -452,13 +528,14 @@ WITH tagged AS (
     SELECT trace_id, min(attributes[{{key:String}}]) AS side
     FROM spans
     WHERE project_id = {{project_id:UInt64}}
-      AND start_time >= toDateTime64({{start_s:Int64}}, 9, 'UTC') - toIntervalMinute(5)
-      AND start_time < toDateTime64({{end_s:Int64}}, 9, 'UTC') + toIntervalHour(1)
+      AND start_time >= fromUnixTimestamp64Nano({{start_ns:Int64}}) - toIntervalMinute(5)
+      AND start_time < fromUnixTimestamp64Nano({{end_ns:Int64}}) + toIntervalHour(1)
       AND attributes[{{key:String}}] IN ({{value_a:String}}, {{value_b:String}})
     GROUP BY trace_id
 )
 SELECT side,
-    count() AS s_requests, countIf(status = 'error') AS s_errors, sum(e2e_ns) AS s_e2e_sum_ns,
+    count() AS s_requests, countIf(status = 'error') AS s_errors, countIf(status = 'recovered') AS s_recovered,
+    sum(error_spans) AS s_error_spans, sum(e2e_ns) AS s_e2e_sum_ns,
     sum(input_tokens) AS s_input_tokens, sum(output_tokens) AS s_output_tokens, sum(ifNull(cost_usd, 0)) AS s_cost_usd,
     countIf(cost_estimated = 1) AS s_cost_estimated_requests,
     {", ".join(f"sum({p}_ns) AS s_{p}_sum_ns" for p in PHASES)},
@@ -469,7 +546,7 @@ SELECT side,
 FROM (
     SELECT t.*, tagged.side AS side
     FROM (
-        SELECT trace_id, start_time, service, model, has_root, status, e2e_ns, input_tokens, output_tokens, cost_usd,
+        SELECT trace_id, start_time, service, model, has_root, status, error_spans, e2e_ns, input_tokens, output_tokens, cost_usd,
                cost_estimated, ttft_ns, tpot_ns, {", ".join(f"{p}_ns" for p in PHASES)}, version
         FROM traces
         WHERE project_id = {{project_id:UInt64}}
@@ -479,7 +556,7 @@ FROM (
     LIMIT 1 BY trace_id
 )
 WHERE has_root = 1
-  AND start_time >= toDateTime64({{start_s:Int64}}, 9, 'UTC') AND start_time < toDateTime64({{end_s:Int64}}, 9, 'UTC')
+  AND start_time >= fromUnixTimestamp64Nano({{start_ns:Int64}}) AND start_time < fromUnixTimestamp64Nano({{end_ns:Int64}})
   AND ({{service:String}} = '' OR service = {{service:String}}) AND ({{model:String}} = '' OR model = {{model:String}})
 GROUP BY side
 """
@@ -496,7 +573,7 @@ def compare_attribute(*, project_id: int, start: datetime, end: datetime, key: s
     attributes, so this reads the spans of the window and the summaries of the traces found."""
     seconds = (end - start).total_seconds()
     rows = {r["side"]: r for r in get_store().query(_ATTRIBUTE_SQL, {
-        "project_id": project_id, "start_s": _seconds(start), "end_s": _seconds(end), "key": key,
+        "project_id": project_id, "start_ns": _ns(start), "end_ns": _ns(end), "key": key,
         "value_a": value_a, "value_b": value_b, "service": service, "model": model,
     }, tag="dashboard.rollups.compare_attribute").dicts()}
 
@@ -512,5 +589,6 @@ def compare_attribute(*, project_id: int, start: datetime, end: datetime, key: s
             ttft_ms=_side_ms(r, "ttft"), tpot_ms=_side_ms(r, "tpot"),
             phase_ms={p: _side_ms(r, p) for p in PHASES},
             phase_mean_ms={p: int(r[f"s_{p}_sum_ns"]) / n / 1e6 for p in PHASES},
-            e2e_mean_ms=int(r["s_e2e_sum_ns"]) / n / 1e6)
+            e2e_mean_ms=int(r["s_e2e_sum_ns"]) / n / 1e6,
+            recovered=int(r["s_recovered"]), error_spans=int(r["s_error_spans"]))
     return compare_stats(side(value_a), side(value_b))

@@ -104,7 +104,8 @@ def _q(values: dict) -> dict:
 
 def stats_json(stats: rollups.WindowStats) -> dict:
     return {
-        "seconds": stats.seconds, "requests": stats.requests, "errors": stats.errors, "rps": stats.rps,
+        "seconds": stats.seconds, "requests": stats.requests, "errors": stats.errors, "recovered": stats.recovered,
+        "error_spans": stats.error_spans, "rps": stats.rps,
         "output_tokens_per_second": stats.output_tps, "concurrency": stats.concurrency,
         "error_rate": stats.error_rate, "availability": stats.availability,
         "input_tokens": stats.input_tokens, "output_tokens": stats.output_tokens, "cost_usd": stats.cost_usd,
@@ -165,15 +166,26 @@ def _costs(request, args) -> dict:
     points = _points(request.GET)
     previous = {**args, "start": args["start"] - (args["end"] - args["start"]), "end": args["start"]}
     spend = rollups.spend_by_model(**args, points=points)
+    totals = rollups.model_totals(**args)
     projection = rollups.spend_projection(project_id=args["project_id"], now=args["end"], service=args["service"],
                                           model=args["model"])
     return {"stats": stats_json(rollups.window_stats(**args)), "previous": stats_json(rollups.window_stats(**previous)),
             "spend_by_model": {"step_seconds": spend.step_seconds, "times": [t.isoformat() for t in spend.times],
                                "cost_usd": spend.cost_by_model},
-            "projection": {"label": "projection: cost of the last 7 days × 30 / 7",
+            "by_model": [{"model": t.model, "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
+                          "cost_usd": t.cost_usd} for t in totals],
+            "projection": {"label": projection_label(projection),
                            "from": projection.start.isoformat(), "to": projection.end.isoformat(),
-                           "cost_last_7_days": projection.cost_last_7_days,
+                           "covered_seconds": projection.covered_seconds,
+                           "cost_last_7_days": projection.cost_covered, "cost_covered": projection.cost_covered,
                            "projected_monthly_usd": projection.projected_monthly, "by_model": projection.by_model}}
+
+
+def projection_label(projection: rollups.SpendProjection) -> str:
+    if not projection.covered_seconds:
+        return f"projection: no requests in the last {rollups.PROJECTION_DAYS} days"
+    return (f"projection: cost over the last {projection.basis} × 30 days / {projection.basis}"
+            f" (based on {projection.basis} of data)")
 
 
 def _compare(request, args) -> dict:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from functools import wraps
 
 from django.apps import apps
@@ -21,6 +22,7 @@ from .filters import FilterBar, filter_bar_from_query
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
 from .project_scope import current_project
 from .rollups import PROJECTION_DAYS
+from .series_api import projection_label
 from .timewindow import PRESETS, TimeWindow, window_from_query
 
 log = logging.getLogger("tracedash.dashboard")
@@ -199,17 +201,30 @@ def _panel_filters(request) -> tuple[FilterBar, dict[str, str]]:
     return bar, {"service": bar.service, "model": bar.model}
 
 
+CURRENT_RATE = timedelta(minutes=5)  # the "current" RPS: the window's last 5 minutes
+
+
+def _current_windows(window: TimeWindow) -> tuple[TimeWindow, TimeWindow]:
+    """The window's last 5 minutes (all of it when shorter) and the same span just before them."""
+    current = TimeWindow(start=max(window.start, window.end - CURRENT_RATE), end=window.end, preset="")
+    return current, current.previous()
+
+
 def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
     previous = window.previous()
+    current, current_before = _current_windows(window)
     r = panel_selectors.reads_concurrently(
         now=lambda: rollups.window_stats(**args),
         before=lambda: rollups.window_stats(**{**args, "start": previous.start, "end": previous.end}),
+        current=lambda: rollups.window_stats(**{**args, "start": current.start, "end": current.end}, histograms=()),
+        current_before=lambda: rollups.window_stats(**{**args, "start": current_before.start,
+                                                       "end": current_before.end}, histograms=()),
         series=lambda: rollups.window_series(**args),
         heatmap=lambda: rollups.latency_heatmap(**args),
         facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end))
-    return {"stats": r["now"], "previous": r["before"], "series": r["series"],
-            "kpis": panels.overview_kpis(r["now"], r["before"]),
+    return {"stats": r["now"], "previous": r["before"], "series": r["series"], "current": r["current"],
+            "kpis": panels.overview_kpis(r["now"], r["before"], r["current"], r["current_before"]),
             "figures": panels.overview_figures(r["series"], r["heatmap"], filters=filters), "facets": r["facets"]}
 
 
@@ -241,7 +256,8 @@ def _panel_json(request, build):
 
 def _stats_json(stats) -> dict:
     return {
-        "requests": stats.requests, "errors": stats.errors, "rps": stats.rps, "output_tokens_per_second": stats.output_tps,
+        "requests": stats.requests, "errors": stats.errors, "recovered": stats.recovered,
+        "error_spans": stats.error_spans, "rps": stats.rps, "output_tokens_per_second": stats.output_tps,
         "error_rate": stats.error_rate, "availability": stats.availability, "concurrency": stats.concurrency,
         "input_tokens": stats.input_tokens, "output_tokens": stats.output_tokens, "cost_usd": stats.cost_usd,
         "cost_per_request": stats.cost_per_request, "cost_per_1k_tokens": stats.cost_per_1k_tokens,
@@ -264,7 +280,10 @@ def overview_json(request):
     """GET /overview.json?range=…|from=…&to=…&service=…&model=… — the overview's numbers and figures."""
     def build(project_id, window, filters):
         data = _overview(project_id, window, filters)
+        current = data["current"]
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
+                "current": {"label": panels.current_label(current.seconds), "seconds": current.seconds,
+                            "requests": current.requests, "rps": current.rps},
                 "kpis": [_kpi_json(k) for k in data["kpis"]],
                 "series": _series_json(data["series"]), "figures": data["figures"]}
 
@@ -284,13 +303,16 @@ def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict
         before=lambda: rollups.window_stats(**{**args, "start": previous.start, "end": previous.end}),
         series=lambda: rollups.window_series(**args),
         spend=lambda: rollups.spend_by_model(**args),
-        projection=lambda: rollups.spend_projection(project_id=project_id, **filters),  # last 7 days × 30 / 7
+        totals=lambda: rollups.model_totals(**args),
+        # cost over the time the last 7 days actually cover × 30 days / that time
+        projection=lambda: rollups.spend_projection(project_id=project_id, **filters),
         facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end))
     projection = r["projection"]
     return {"stats": r["now"], "previous": r["before"], "series": r["series"],
-            "kpis": panels.costs_kpis(r["now"], r["before"]),
-            "projected_monthly_usd": projection.projected_monthly, "projection_basis_usd": projection.cost_last_7_days,
-            "figures": panels.costs_figures(r["series"], r["spend"], filters=filters), "facets": r["facets"]}
+            "kpis": panels.costs_kpis(r["now"], r["before"]), "projection": projection, "model_totals": r["totals"],
+            "projected_monthly_usd": projection.projected_monthly, "projection_basis_usd": projection.cost_covered,
+            "figures": panels.costs_figures(r["series"], r["spend"], filters=filters, totals=r["totals"]),
+            "facets": r["facets"]}
 
 
 @login_required
@@ -331,7 +353,10 @@ def costs_json(request):
         data = _costs(project_id, window, filters)
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
                 "projected_monthly_usd": data["projected_monthly_usd"],
-                "projection": f"cost of the last {PROJECTION_DAYS} days × 30 / {PROJECTION_DAYS}",
+                "projection": projection_label(data["projection"]),  # the series API's wording
+                "projection_covered_seconds": data["projection"].covered_seconds,
+                "by_model": [{"model": t.model, "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
+                              "cost_usd": t.cost_usd} for t in data["model_totals"]],
                 "series": _series_json(data["series"]), "figures": data["figures"]}
 
     return _panel_json(request, build)

@@ -38,7 +38,8 @@ def test_costs_numbers_projection_and_spend_per_model(client, seeded):
     assert stats["cost_usd"] == pytest.approx(10 * 0.00042 + 0.01)
     assert stats["cost_per_request"] == pytest.approx((10 * 0.00042 + 0.01) / 11)
     assert stats["cost_per_1k_tokens"] == pytest.approx((10 * 0.00042 + 0.01) / (11 * (812 + 164) / 1000))
-    assert body["projected_monthly_usd"] == pytest.approx((10 * 0.00042 + 0.01 + 0.7) * 30 / 7)
+    # Projected from the time the last 7 days' data covers (its first request, 3 days ago), not 7 days.
+    assert body["projected_monthly_usd"] == pytest.approx((10 * 0.00042 + 0.01 + 0.7) * 30 / 3, rel=1e-3)
     spend = {t["name"]: sum(v for v in t["y"] if v) for t in body["figures"]["fig-spend"]["data"]}
     assert spend == {"gpt-4o": pytest.approx(0.01), "gpt-4o-mini": pytest.approx(0.0042)}
     tokens = body["figures"]["fig-tokens"]["data"]

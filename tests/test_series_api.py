@@ -63,7 +63,11 @@ def test_session_latency_costs_and_compare(client, seeded):
     assert sum(latency["totals"]) == 300 and len(latency["labels"]) == len(latency["edges_ms"]) + 1
     costs = client.get("/api/v1/series/costs", window).json()
     assert set(costs["spend_by_model"]["cost_usd"]) == {"m1", "m2"}
-    assert costs["projection"]["projected_monthly_usd"] == pytest.approx(costs["projection"]["cost_last_7_days"] * 30 / 7)
+    projection = costs["projection"]  # over the time the data covers (its first request to the window's end)
+    assert projection["covered_seconds"] == pytest.approx((seeded["end"] - seeded["start"]) / NS, abs=7200)
+    assert projection["projected_monthly_usd"] == pytest.approx(
+        projection["cost_covered"] * 30 * 86400 / projection["covered_seconds"])
+    assert "based on" in projection["label"] and "of data" in projection["label"]
     mid = (seeded["start"] + seeded["end"]) // 2
     compare = client.get("/api/v1/series/compare", {"a_from": iso(seeded["start"]), "a_to": iso(mid),
                                                     "b_from": iso(mid), "b_to": iso(seeded["end"])}).json()
