@@ -13,7 +13,9 @@ Per service (the root span's), over the window's requests:
 - ``phase_share_percent:<phase>``: that phase's exclusive time summed over the requests / their
   summed E2E (time-weighted, so one long request weighs what it cost);
 - ``network_p95_ms``: over the requests that spent any time on the network;
-- ``error_rate_percent``: error requests / requests; ``request_rate``: requests / window seconds.
+- ``error_rate_percent``: error requests / requests, a request's status being its root's
+  (DOMAIN.md "Status": one whose failed model call was retried successfully is recovered, not an
+  error); ``request_rate``: requests / window seconds.
 A service without a request in the window has no series this round (missing, never 0).
 Load-test traffic (traces whose spans carry ``loadtest.run_id``) is left out: a load test measures
 the service on purpose and must not page anyone (its report shows what it measured). Each

@@ -242,7 +242,8 @@ def summary_json(summary: TraceSummary) -> dict:
     return {
         "start_ns": summary.start_ns, "e2e_ns": summary.e2e_ns, "has_root": summary.has_root,
         "root_name": summary.root_name, "service": summary.service, "model": summary.model,
-        "status": summary.status, "error_message": summary.error_message, "ttft_ns": summary.ttft_ns,
+        "status": summary.status, "error_spans": summary.error_spans, "error_message": summary.error_message,
+        "ttft_ns": summary.ttft_ns,
         "tpot_ns": summary.tpot_ns, "input_tokens": summary.input_tokens, "output_tokens": summary.output_tokens,
         "cost_usd": summary.cost_usd, "cost_estimated": summary.cost_estimated, "span_count": summary.span_count,
         "phase_ns": {p: summary.phase_ns.get(p, 0) for p in PHASES},

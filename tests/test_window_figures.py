@@ -102,7 +102,9 @@ def test_a_retried_call_is_recovered_not_an_error_anywhere(client, statuses):
     listing = client.get("/traces/", {**window, "status": "recovered"}).content.decode()
     assert "status-recovered" in listing
     page = client.get(f"/traces/{ids['recovered']}/").content.decode()
-    assert "status-recovered" in page and "429 Too Many Requests" in page
+    assert "status-recovered" in page and 'id="trace-recovered"' in page and "429 Too Many Requests" in page
+    api_trace = client.get(f"/api/v1/traces/{ids['recovered']}").json()["summary"]
+    assert (api_trace["status"], api_trace["error_spans"]) == ("recovered", 1)
 
 
 def test_a_window_starting_on_a_half_minute_counts_exactly(client, make_user, project_with_key):
