@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from urllib.parse import urlencode
 
 from .charts import BASE_LAYOUT, PHASE_COLORS
+from .rollup_services import HIST_GAMMA
 from .panel_selectors import LatencyHeatmap, ModelSpend, WindowSeries, WindowStats
 from .selectors import DeviceSeries, LoadSeries, ResourceSeries
 from .trace_math import PHASES
@@ -135,8 +136,10 @@ def _device_figure(series: ResourceSeries, devices: list[DeviceSeries], metric: 
     if percent:
         layout["yaxis"]["range"] = [0, 105]
     fig = figure(**layout)
+    # A point opens the traces of its time bucket, slowest first: what ran while the device was busy.
+    links = _links(series.times, series.step_seconds, {"sort": "duration", "dir": "desc"})
     for device in devices:
-        _line(fig, x=series.times, y=device.values[metric], name=device.label)
+        _line(fig, x=series.times, y=device.values[metric], name=device.label, customdata=links)
     if threshold:
         threshold_line(fig, y=threshold[0], label=threshold[1])
     return figure_dict(fig)
@@ -145,9 +148,11 @@ def _device_figure(series: ResourceSeries, devices: list[DeviceSeries], metric: 
 def resources_figures(series: ResourceSeries, load: LoadSeries, *, alerts: list[dict] = ()) -> dict[str, dict]:
     """The figures of /resources/, keyed by the element id the page gives each chart."""
     figs = {
-        "fig-rps": _load_figure(series, load.times, load.rps, "Request rate", "requests/s", None),
+        "fig-rps": _load_figure(series, load.times, load.rps, "Request rate", "requests/s", None,
+                                _links(load.times, load.step_seconds, {})),
         "fig-p95": _load_figure(series, load.times, load.p95_e2e_ms, "P95 end-to-end latency", "ms",
-                                (P95_THRESHOLD_MS, "P95 1500 ms")),
+                                (P95_THRESHOLD_MS, "P95 1500 ms"),
+                                _threshold_links(load.times, load.step_seconds, {}, load.p95_e2e_ms, "min_ms", "duration")),
         "fig-gpu-util": _device_figure(series, series.gpus, "gpu_utilization", title="GPU utilisation",
                                        ytitle="%", percent=True,
                                        threshold=(GPU_UTILIZATION_LOW, "50 % (below: batching or allocation is inefficient)")),
@@ -171,9 +176,9 @@ def resources_figures(series: ResourceSeries, load: LoadSeries, *, alerts: list[
     return figs
 
 
-def _load_figure(series: ResourceSeries, times, values, title: str, ytitle: str, threshold) -> dict:
+def _load_figure(series: ResourceSeries, times, values, title: str, ytitle: str, threshold, links) -> dict:
     fig = figure(**_time_layout(title, series.start, series.end, ytitle))
-    _line(fig, x=times, y=values, name=title)
+    _line(fig, x=times, y=values, name=title, customdata=links)
     if threshold:
         threshold_line(fig, y=threshold[0], label=threshold[1])
     return figure_dict(fig)
@@ -214,6 +219,26 @@ def _links(times: list[datetime], step: int, filters: dict[str, str]) -> list[st
     return [f"/traces/?from={start}&to={end}{rest}" for start, end in _bucket_stamps(tuple(times), step)]
 
 
+# A percentile read from the rollups' histograms is its bucket's representative, up to 0.5 % above
+# the request it stands for: the explorer's lower bound is the bottom of that bucket.
+_BUCKET_FLOOR = (HIST_GAMMA + 1) / (2 * HIST_GAMMA)
+
+
+def _at_least(value_ms: float) -> str:
+    """A percentile (ms) as the explorer's lower bound (``min_ms``, ``ttft_ms``): the bottom of
+    the histogram bucket it was read from (0.5 % below), less a rounding microsecond, so the
+    request at that percentile is always among the traces listed, with those above it."""
+    return f"{max(0.0, value_ms * _BUCKET_FLOOR - 0.001):.3f}".rstrip("0").rstrip(".")
+
+
+def _threshold_links(times: list[datetime], step: int, filters: dict[str, str], values: list,
+                     bound: str, sort: str) -> list[str | None]:
+    """Per bucket: its traces at or above that bucket's value (``bound``: ``min_ms`` for a
+    duration percentile, ``ttft_ms`` for a TTFT one), the slowest first; None where no value."""
+    base = _links(times, step, {**filters, "sort": sort, "dir": "desc"})
+    return [None if v is None else f"{link}&{bound}={_at_least(v)}" for link, v in zip(base, values)]
+
+
 def _bands(edges_ms) -> list[dict[str, str]]:
     """The explorer's duration bounds (``min_ms``, ``max_ms``) of each latency band."""
     out, low = [], 0
@@ -247,12 +272,17 @@ def overview_figures(series: WindowSeries, heatmap: LatencyHeatmap, *, filters: 
     figs["fig-traffic"] = figure_dict(traffic)
 
     latency = figure(**_series_layout(series, "End-to-end latency percentiles", "ms"))
-    slowest = _links(x, series.step_seconds, {**filters, "sort": "duration", "dir": "desc"})  # the tail first
+    # A point opens the traces of its bucket at or above its own value, slowest first: from a bad
+    # P99 to the guilty trace in two clicks.
     for q, name, dash in ((0.5, "P50", "dot"), (0.95, "P95", "solid"), (0.99, "P99", "dash")):
-        latency.add_scatter(x=x, y=series.values(lambda b, q=q: b.e2e_ms[q]), name=f"E2E {name}",
-                            mode="lines+markers", line={"dash": dash}, customdata=slowest, connectgaps=False)
-    latency.add_scatter(x=x, y=series.values(lambda b: b.ttft_ms[0.95]), name="TTFT P95", mode="lines+markers",
-                        customdata=links, connectgaps=False, line={"color": "#59a14f"})
+        values = series.values(lambda b, q=q: b.e2e_ms[q])
+        latency.add_scatter(x=x, y=values, name=f"E2E {name}", mode="lines+markers", line={"dash": dash},
+                            customdata=_threshold_links(x, series.step_seconds, filters, values, "min_ms", "duration"),
+                            connectgaps=False)
+    ttft = series.values(lambda b: b.ttft_ms[0.95])
+    latency.add_scatter(x=x, y=ttft, name="TTFT P95", mode="lines+markers",
+                        customdata=_threshold_links(x, series.step_seconds, filters, ttft, "ttft_ms", "ttft"),
+                        connectgaps=False, line={"color": "#59a14f"})
     threshold_line(latency, y=P95_THRESHOLD_MS, label="P95 1500 ms (chat)")
     figs["fig-latency"] = figure_dict(latency)
 
@@ -261,15 +291,18 @@ def overview_figures(series: WindowSeries, heatmap: LatencyHeatmap, *, filters: 
         series, "Latency breakdown by phase (mean exclusive time per request)", "ms",
         yaxis2={"title": {"text": "inference share %"}, "overlaying": "y", "side": "right", "range": [0, 100],
                 "showgrid": False}))
+    # A phase's bar opens the bucket's traces whose slowest phase it is, slowest first.
+    by_phase = {p: _links(x, series.step_seconds, {**filters, "phase": p, "sort": "duration", "dir": "desc"})
+                for p in PHASES}
     for phase in PHASES:
         breakdown.add_bar(x=x, y=series.values(lambda b, p=phase: _r(b.phase_mean_ms[p])), name=phase,
-                          marker_color=PHASE_COLORS[phase], customdata=links)
+                          marker_color=PHASE_COLORS[phase], customdata=by_phase[phase])
     breakdown.add_scatter(x=x, y=series.values(lambda b: _r(None if b.inference_share is None else 100 * b.inference_share, 2)),
-                          name="inference share %", yaxis="y2", mode="lines+markers", customdata=links,
+                          name="inference share %", yaxis="y2", mode="lines+markers", customdata=by_phase["inference"],
                           line={"color": "#111", "dash": "dot"}, connectgaps=False)
     breakdown.add_scatter(x=x, y=series.values(lambda b: b.phase_ms["network"][0.95]), name="network P95",
                           mode="lines", line={"color": PHASE_COLORS["network"], "dash": "dash"}, connectgaps=False,
-                          customdata=links)
+                          customdata=by_phase["network"])
     threshold_line(breakdown, y=P95_THRESHOLD_MS, label="P95 1500 ms")
     threshold_line(breakdown, y=NETWORK_THRESHOLD_MS, label="network 200 ms", color="#4e79a7")
     breakdown.add_shape(type="line", xref="paper", x0=0, x1=1, yref="y2", y0=INFERENCE_SHARE_THRESHOLD,
@@ -345,12 +378,20 @@ def overview_kpis(now: WindowStats, before: WindowStats, current: WindowStats | 
     def pct(v):
         return None if v is None else 100 * v
 
+    rps = [Kpi("rps", "RPS (window average)", now.rps, before.rps, "/s", None, 3)]
+    if current is not None:
+        rps.append(Kpi("rps_current", f"RPS ({current_label(current.seconds)})", current.rps,
+                       None if current_before is None else current_before.rps, "/s", None, 3))
     return [
         Kpi("requests", "Requests", now.requests, before.requests, "", None, 0),
         *rps,
         Kpi("output_tps", "Output tokens/s", now.output_tps, before.output_tps, "/s", None, 2),
+        # DOMAIN.md "Status": error requests are those whose root failed; recovered ones (a failed,
+        # retried call under a root that succeeded) are not errors, and are counted on their own.
         Kpi("error_rate", "Error rate", pct(now.error_rate), pct(before.error_rate), "%", False, 2),
         Kpi("availability", "Availability", pct(now.availability), pct(before.availability), "%", True, 2),
+        Kpi("recovered", "Recovered requests", now.recovered, before.recovered, "", None, 0),
+        Kpi("error_spans", "Spans with errors", now.error_spans, before.error_spans, "", None, 0),
         Kpi("e2e_p50", "E2E P50", now.e2e_ms[0.5], before.e2e_ms[0.5], "ms", False, 1),
         Kpi("e2e_p95", "E2E P95", now.e2e_ms[0.95], before.e2e_ms[0.95], "ms", False, 1),
         Kpi("e2e_p99", "E2E P99", now.e2e_ms[0.99], before.e2e_ms[0.99], "ms", False, 1),
@@ -377,24 +418,18 @@ def costs_figures(series: WindowSeries, spend: ModelSpend, *, filters: dict[str,
     unit = figure(**_series_layout(series, "Cost per request and per 1k tokens", "USD per request",
                                    yaxis2={"title": {"text": "USD per 1k tokens"}, "overlaying": "y", "side": "right",
                                            "rangemode": "tozero", "showgrid": False}))
+    costliest = _links(x, series.step_seconds, {**filters, "sort": "cost", "dir": "desc"})  # the dearest first
     unit.add_scatter(x=x, y=series.values(lambda b: _r(b.cost_per_request, 8)), name="cost per request",
-                     mode="lines+markers", customdata=links, connectgaps=False)
+                     mode="lines+markers", customdata=costliest, connectgaps=False)
     unit.add_scatter(x=x, y=series.values(lambda b: _r(b.cost_per_1k_tokens, 8)), name="cost per 1k tokens",
-                     yaxis="y2", mode="lines+markers", customdata=links, connectgaps=False)
-    rps = [Kpi("rps", "RPS (window average)", now.rps, before.rps, "/s", None, 3)]
-    if current is not None:
-        rps.append(Kpi("rps_current", f"RPS ({current_label(current.seconds)})", current.rps,
-                       None if current_before is None else current_before.rps, "/s", None, 3))
+                     yaxis="y2", mode="lines+markers", customdata=costliest, connectgaps=False)
 
     by_model = figure(barmode="stack", **_series_layout(series, "Spend per model", "USD"))
     for model, values in sorted(spend.cost_by_model.items()):
-        model_links = _links(spend.times, spend.step_seconds, {**filters, "model": "" if model == "(no model)" else model})
-        # DOMAIN.md "Status": error requests are those whose root failed; recovered ones (a failed,
-        # retried call under a root that succeeded) are not errors, and are counted on their own.
+        model_links = _links(spend.times, spend.step_seconds, {**filters, "model": "" if model == "(no model)" else model,
+                                                               "sort": "cost", "dir": "desc"})
         by_model.add_bar(x=spend.times, y=[_r(v, 8) for v in values], name=model, customdata=model_links,
                          showlegend=True)
-        Kpi("recovered", "Recovered requests", now.recovered, before.recovered, "", None, 0),
-        Kpi("error_spans", "Spans with errors", now.error_spans, before.error_spans, "", None, 0),
     figs = {"fig-tokens": figure_dict(tokens), "fig-unit-cost": figure_dict(unit), "fig-spend": figure_dict(by_model)}
     if totals is not None:
         names = [t.model for t in totals]
