@@ -249,3 +249,18 @@ def test_the_migration_updates_untouched_old_default_rules_only(project_with_key
     assert AlertRule.objects.get(project=other, name="P95 end-to-end > 1500 ms").for_seconds == 120
     edited = AlertRule.objects.get(project=other, name=CPU_RULE)  # its owner changed the threshold: left alone
     assert (edited.window_seconds, edited.for_seconds, edited.threshold) == (300, 0, 90)
+
+
+@pytest.mark.clickhouse
+@pytest.mark.django_db
+def test_gpu_memory_for_one_minute_fires_after_a_minute_of_agent_samples(project_with_key):
+    project, _ = project_with_key()
+    rule = only_default(project, "GPU memory ≥ 85 %")
+    # an agent sampling every 3 s crosses 85 % at T0 and stays there; rounds every 5 s see the newest sample
+    insert_samples([sample(project.pk, T0 + timedelta(seconds=t), mem_pct=91) for t in range(0, 90, 3)])
+    fired = None
+    for t in range(1, 90, 5):
+        alerts_evaluate_round(now=T0 + timedelta(seconds=t), deliver="none", project_ids=[project.pk])
+        if fired is None and AlertSeries.objects.get(rule=rule).state == "firing":
+            fired = t
+    assert fired is not None and 60 <= fired <= 66  # the first round after the sample of 60 s
