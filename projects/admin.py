@@ -53,7 +53,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        return ("project", "prefix", "created_at", "last_used_at", "settings_link")
+        fields = ("project", "prefix", "created_at", "last_used_at", "settings_link")
+        return fields + ("revoked_at",) if obj.revoked_at is not None else fields  # a revoked key stays revoked
 
     @admin.display(description="Settings page")
     def settings_link(self, obj):

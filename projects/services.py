@@ -60,16 +60,28 @@ def api_key_revoke(*, key: ApiKey) -> None:
         key.save(update_fields=["revoked_at"])
 
 
+# (key id, prefix) -> when this process last wrote (or tried to write) that key's last_used_at.
+_USE_WRITES: dict[tuple[int, str], object] = {}
+
+
 def api_key_record_use(*, key: ApiKey, now=None) -> bool:
     """Note that ``key`` was just used, at most once per ``LAST_USED_RESOLUTION`` per key.
 
     The row's ``last_used_at`` (already loaded by the lookup) decides, so a key used within the
     last minute costs no write at all; otherwise one conditional ``UPDATE`` (which several
-    processes may race for: only the first in a minute changes the row). Best effort: a failed
+    processes may race for: only the first in a minute changes the row). Each process also
+    remembers its own attempts, so a write that failed is not retried before the minute is up. Best effort: a failed
     write is logged and never fails the request that used the key. Returns whether it wrote."""
     now = now or timezone.now()
     if key.last_used_at is not None and now - key.last_used_at < LAST_USED_RESOLUTION:
         return False
+    memo = (key.pk, key.prefix)
+    attempted = _USE_WRITES.get(memo)
+    if attempted is not None and now - attempted < LAST_USED_RESOLUTION:
+        return False  # this process wrote (or tried to) within the minute: a locked database is not retried per request
+    if len(_USE_WRITES) > 10_000:
+        _USE_WRITES.clear()
+    _USE_WRITES[memo] = now
     stale = now - LAST_USED_RESOLUTION
     try:
         with transaction.atomic():

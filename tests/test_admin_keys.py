@@ -65,6 +65,9 @@ def test_admin_revokes_a_key_by_setting_revoked_at(staff, project_with_key):
     assert api_key_authenticate(raw_key=raw) is None
     key.refresh_from_db()
     assert key.project == project and key.prefix == raw.split("_")[1]  # read-only fields unchanged
+    # Once revoked, revoked_at is read-only: clearing it does not bring the key back.
+    staff.post(f"/admin/projects/apikey/{key.pk}/change/", {"name": key.name, "revoked_at_0": "", "revoked_at_1": ""})
+    assert api_key_authenticate(raw_key=raw) is None
 
 
 def test_the_project_inline_cannot_add_a_key_without_prefix_or_hash(staff, project_with_key):
