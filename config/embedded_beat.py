@@ -36,6 +36,8 @@ class EmbeddedBeat:
         now = now or datetime.now(timezone.utc)
         next_in = self.max_sleep
         for name, entry in self.entries.items():
+            if self._stop.is_set():  # stopping: start no further task
+                break
             last = self.last_run.get(name)
             due, wait = (True, 0.0) if last is None else entry["schedule"].is_due(last)
             if due:
@@ -61,7 +63,18 @@ class EmbeddedBeat:
         self._thread.start()
         log.info("embedded beat running %d scheduled task(s) in-process", len(self.entries))
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def request_stop(self) -> None:
+        """Start no further task; the one running (if any) finishes. ``stop()`` waits for it."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+
+    def stop(self, timeout: float = 120.0) -> bool:
+        """Stop the schedule and wait for a running task to return (its ClickHouse queries must
+        be over before the store closes). True when the thread has ended."""
+        self._stop.set()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("embedded beat: a scheduled task still runs after %.0f s of waiting", timeout)
+            return False
+        return True

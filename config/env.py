@@ -34,6 +34,9 @@ VARIABLES: dict[str, str] = {
     "TRACEDASH_INGEST_RATE_LIMIT": "spans per second one ingest key may send (bursts of 2 s allowed); 0 = no limit; default 200000",
     "TRACEDASH_INGEST_SPOOL_MAX_MB": "disk the ingest spool may use while ClickHouse is down, then 503; default 1024",
     "TRACEDASH_DEMO": "1 (default) runs the demo workload and LLM simulator inside `make run`; 0 turns it off",
+    "TRACEDASH_DEMO_SIMULATOR_PORT": "port of the demo's LLM simulator under `make run`; default 0 (any free port)",
+    "TRACEDASH_SLOW_QUERY_MS": "a ClickHouse read slower than this is logged (one line per caller a minute at most); 0 = off; default 1000",
+    "TRACEDASH_SLOW_WRITE_MS": "the same for inserts, DDL and merges (OPTIMIZE/ALTER); 0 = off; default 5000",
     "TRACEDASH_ALERTS_EVALUATE_SECONDS": "how often alert rules are evaluated (beat entry alerts-evaluate); default 5",
     "TRACEDASH_SUMMARIZE_SECONDS": "how often new spans are summarised into per-trace rows (beat entry traces-summarize); default 5",
     "TRACEDASH_ROLLUP_SECONDS": "how often the minute/hour/day rollups are updated (beat entry rollups-update); default 10",
@@ -97,6 +100,9 @@ class Env:
     hsts_seconds: int = 31_536_000
     proxy_ssl_header: str | None = None
     beat_in_process: bool = True
+    demo_simulator_port: int = 0
+    slow_query_ms: int = 1000
+    slow_write_ms: int = 5000
 
     @property
     def embedded_store(self) -> bool:
@@ -356,6 +362,9 @@ def load(environ=None) -> Env:
         ingest_rate_limit=_positive_int(environ, "TRACEDASH_INGEST_RATE_LIMIT", 200_000, minimum=0),
         ingest_spool_max_bytes=_positive_int(environ, "TRACEDASH_INGEST_SPOOL_MAX_MB", 1024, maximum=10**7) * 1024 * 1024,
         demo=_flag(environ, "TRACEDASH_DEMO", "1"),
+        demo_simulator_port=_positive_int(environ, "TRACEDASH_DEMO_SIMULATOR_PORT", 0, minimum=0, maximum=65535),
+        slow_query_ms=_positive_int(environ, "TRACEDASH_SLOW_QUERY_MS", 1000, minimum=0, maximum=86_400_000),
+        slow_write_ms=_positive_int(environ, "TRACEDASH_SLOW_WRITE_MS", 5000, minimum=0, maximum=86_400_000),
         beat_in_process=_flag(environ, "TRACEDASH_EMBEDDED_BEAT", "1"),
         host=host,
         port=_positive_int(environ, "PORT", 8000, maximum=65535),

@@ -875,7 +875,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as exc:
         print(f"simulator: {exc}", file=sys.stderr)
         return 2
-    sock = _bind(args.host, args.port)
+    try:
+        sock = _bind(args.host, args.port)
+    except OSError as exc:
+        print(f"simulator: cannot listen on {args.host}:{args.port}: {exc.strerror or exc} "
+              "(choose another --port; 0 picks a free one)", file=sys.stderr)
+        return 2
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"LLM simulator on http://{host}:{sock.getsockname()[1]}/v1 (models: {', '.join(config.model_names())})",
           flush=True)

@@ -179,6 +179,8 @@ class IngestWriter:
         would block every later one forever; after ``MAX_SEGMENT_REFUSALS`` it is moved aside to
         ``quarantine/`` (kept, logged) and the replay goes on."""
         for path in spool.segments():
+            if self._stopping:
+                return False  # stopping: the rest stays in the spool (on disk) for the next start
             segment = spool.read(path)
             try:
                 get_store().insert(segment.table, segment.rows, tag="ingest.writer.replay", dedup_token=segment.token)
@@ -211,8 +213,9 @@ class IngestWriter:
         return {"queued_rows": queued, "spooled_segments": self.spool.pending(), "spool_bytes": self.spool.size_bytes,
                 "spool_limit_bytes": self.spool.max_bytes, "spool_disk_full": self.spool.disk_full, **self.stats}
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Finish what is queued, then stop both threads."""
+    def stop(self, timeout: float = 120.0) -> bool:
+        """Finish what is queued (every queued request is answered: stored or spooled), then stop
+        both threads. True when both have ended within ``timeout`` seconds."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -220,7 +223,12 @@ class IngestWriter:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [thread.name for thread in self._threads if thread.is_alive()]
+        if alive:
+            log.warning("ingest writer: %s still running after %.0f s of waiting", ", ".join(alive), timeout)
+            return False
         self.spool.release()
+        return True
 
 
 _writer: IngestWriter | None = None
@@ -241,12 +249,15 @@ def get_writer() -> IngestWriter:
     return _writer
 
 
-def stop_writer() -> None:
+def stop_writer(timeout: float = 120.0) -> bool:
+    """Stop the process's writer (if started): True when its threads have ended."""
     global _writer
     with _writer_lock:
-        if _writer is not None:
-            _writer.stop()
-            _writer = None
+        if _writer is None:
+            return True
+        stopped = _writer.stop(timeout)
+        _writer = None
+        return stopped
 
 
 __all__ = ["IngestWriter", "Outcome", "Overloaded", "SpoolFull", "get_writer", "stop_writer", "new_token"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -124,6 +125,12 @@ class EmbeddedBackend:
         self._local = threading.local()
         self._database_ready = False
         self._lock = threading.Lock()
+        # Shutdown bookkeeping: every thread's connection (closed together, once, by close()), the
+        # number of calls inside chdb right now, and whether close() has begun (no new calls then).
+        self._state = threading.Condition()
+        self._connections: list = []
+        self._active = 0
+        self._closed = False
 
     def describe(self) -> str:
         return f"embedded chdb at {self.path} (database {self.database})"
@@ -151,6 +158,8 @@ class EmbeddedBackend:
                         f"chdb opens one path per process, so {self.path} cannot be opened too"
                     ) from exc
                 raise StoreError(f"cannot open embedded ClickHouse at {self.path}: {text}") from exc
+            with self._state:  # only inside _run: close() collects connections once no call is active
+                self._connections.append(conn)
             self._local.conn = conn
             self._local.in_database = False
         if use_database and not self._local.in_database:
@@ -166,14 +175,27 @@ class EmbeddedBackend:
             conn.query(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
             self._database_ready = True
 
+    def _closed_message(self) -> str:
+        return f"the embedded ClickHouse store at {self.path} is closed (the server is stopping)"
+
     def _run(self, sql: str, params: dict | None, fmt: str, tag: str):
-        conn = self._connect()
+        with self._state:
+            if self._closed:
+                raise StoreUnavailable(self._closed_message(), tag=tag)
+            self._active += 1
         try:
-            if params:
-                return conn.query(sql, fmt, params=params)
-            return conn.query(sql, fmt)
-        except Exception as exc:
-            raise StoreError(str(exc).strip(), tag=tag, code=_error_code(str(exc))) from exc
+            conn = self._connect()
+            try:
+                if params:
+                    return conn.query(sql, fmt, params=params)
+                return conn.query(sql, fmt)
+            except Exception as exc:
+                raise StoreError(str(exc).strip(), tag=tag, code=_error_code(str(exc))) from exc
+        finally:
+            with self._state:
+                self._active -= 1
+                if not self._active:
+                    self._state.notify_all()
 
     def query(self, sql: str, params: dict | None, tag: str) -> Result:
         result = self._run(sql, params, "JSONCompact", tag)
@@ -201,7 +223,34 @@ class EmbeddedBackend:
         self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}){settings} SELECT * FROM Python(arrow_rows)",
                      None, tag)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> bool:
+        """Refuse new calls, wait up to ``timeout`` seconds for those inside chdb to return, then
+        close every thread's connection, once. True when nothing was still running; False leaves
+        the connections open (closing one under a running query would crash the process).
+        A second call returns at once."""
+        with self._state:
+            if self._closed and not self._connections:
+                return self._active == 0
+            self._closed = True
+            deadline = time.monotonic() + timeout
+            while self._active:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._state.wait(remaining)
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing is best effort; nothing uses it any more
+                pass
+        self._local = threading.local()
+        return True
+
+    def reopen(self) -> None:
+        """Accept calls again after ``close()`` (tests and scripts that close and go on)."""
+        with self._state:
+            self._closed = False
         self._local = threading.local()
 
 
@@ -392,11 +441,12 @@ class NativeBackend:
         settings = {"insert_deduplication_token": dedup_token} if dedup_token else None
         self._execute(self._client(), sql, data, tag, columnar=True, types_check=False, extra_settings=settings)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> bool:
         client = getattr(self._local, "client", None)
         if client is not None:
             client.disconnect()
         self._local = threading.local()
+        return True
 
 
 _TAG_SAFE = re.compile(r"[^A-Za-z0-9_.:\-]")

@@ -20,13 +20,84 @@ from .schema import TABLES
 
 log = logging.getLogger("tracedash.store")
 
-SLOW_QUERY_SECONDS = 1.0
+SLOW_READ_MS = 1000  # TRACEDASH_SLOW_QUERY_MS: a read (SELECT) slower than this is logged
+SLOW_WRITE_MS = 5000  # TRACEDASH_SLOW_WRITE_MS: inserts, DDL, OPTIMIZE/ALTER (merges) are judged separately
+SLOW_LOG_WINDOW = 60.0  # seconds: at most one line per caller tag in this long
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
+class SlowQueryLog:
+    """Logs queries slower than their threshold, at most one line per caller tag and minute.
+
+    The first slow call of a tag is logged at once; further ones within ``window`` seconds are
+    counted, and the next slow call after the window (or ``flush()``, e.g. at close) writes one
+    line: "N slow ClickHouse reads from <tag> in the last minute, max X ms". Lines are INFO; a
+    call over ten times its threshold makes the line a WARNING. A threshold of 0 turns the kind off.
+    """
+
+    def __init__(self, *, read_ms: float = SLOW_READ_MS, write_ms: float = SLOW_WRITE_MS,
+                 window: float = SLOW_LOG_WINDOW, clock=time.monotonic, logger: logging.Logger = log):
+        self.read_ms, self.write_ms, self.window = read_ms, write_ms, window
+        self.clock, self.log = clock, logger
+        self._lock = threading.Lock()
+        self._last_line: dict[tuple[str, str], float] = {}  # (kind, tag) -> when its last line was written
+        self._pending: dict[tuple[str, str], list] = {}  # (kind, tag) -> [count, max ms] not yet written
+
+    def threshold(self, kind: str) -> float:
+        return self.read_ms if kind == "read" else self.write_ms
+
+    def record(self, kind: str, tag: str, elapsed_ms: float) -> None:
+        threshold = self.threshold(kind)
+        if not threshold or elapsed_ms < threshold:
+            return
+        now = self.clock()
+        lines = []
+        with self._lock:
+            lines += self._due(now)
+            key = (kind, tag)
+            last = self._last_line.get(key)
+            if last is None or now - last >= self.window:
+                self._last_line[key] = now
+                lines.append((kind, tag, 1, elapsed_ms, False))
+            else:
+                pending = self._pending.setdefault(key, [0, 0.0])
+                pending[0] += 1
+                pending[1] = max(pending[1], elapsed_ms)
+        self._write(lines)
+
+    def flush(self) -> None:
+        """Write every counted-but-unwritten summary now."""
+        with self._lock:
+            lines = [(kind, tag, count, worst, True) for (kind, tag), (count, worst) in self._pending.items()]
+            self._pending.clear()
+        self._write(lines)
+
+    def _due(self, now: float) -> list:
+        due = [key for key in self._pending if now - self._last_line[key] >= self.window]
+        lines = []
+        for key in due:
+            count, worst = self._pending.pop(key)
+            self._last_line[key] = now
+            lines.append((*key, count, worst, True))
+        return lines
+
+    def _write(self, lines: list) -> None:
+        for kind, tag, count, worst, summary in lines:
+            threshold = self.threshold(kind)
+            level = logging.WARNING if worst >= 10 * threshold else logging.INFO
+            noun = "read" if kind == "read" else "write"
+            if summary:
+                self.log.log(level, "%d slow ClickHouse %ss from %s in the last minute, max %.0f ms (threshold %.0f ms)",
+                             count, noun, tag, worst, threshold)
+            else:
+                self.log.log(level, "slow ClickHouse %s from %s took %.0f ms (threshold %.0f ms; more from this "
+                             "caller are summed up once a minute)", noun, tag, worst, threshold)
+
+
 class Store:
-    def __init__(self, backend):
+    def __init__(self, backend, *, slow_log: SlowQueryLog | None = None):
         self.backend = backend
+        self.slow_log = slow_log or SlowQueryLog()
 
     @property
     def database(self) -> str:
@@ -43,14 +114,14 @@ class Store:
         """Run a read; ``params`` fill ``{name:Type}`` placeholders on the server side."""
         started = time.perf_counter()
         result = self.backend.query(tag_comment(tag) + sql, dict(params) if params else None, tag)
-        _log_slow(tag, started)
+        self._timed("read", tag, started)
         return result
 
     def command(self, sql: str, params: Mapping | None = None, *, tag: str) -> None:
         """Run a statement that returns nothing (DDL, ALTER, TRUNCATE)."""
         started = time.perf_counter()
         self.backend.command(tag_comment(tag) + sql, dict(params) if params else None, tag)
-        _log_slow(tag, started)
+        self._timed("write", tag, started)
 
     def insert(self, table: str, rows: Sequence[Mapping], *, tag: str, dedup_token: str | None = None) -> int:
         """Insert many rows in one statement. ``rows`` are mappings holding every insert column of
@@ -69,20 +140,20 @@ class Store:
             self.backend.insert(table, [c.name for c in columns], [c.type for c in columns], rows, tag, dedup_token)
         except KeyError as exc:
             raise StoreError(f"row for {table} lacks column {exc.args[0]!r}", tag=tag) from exc
-        _log_slow(tag, started)
+        self._timed("write", tag, started)
         return len(rows)
 
     def ping(self) -> None:
         self.query("SELECT 1", tag="store.ping")
 
-    def close(self) -> None:
-        self.backend.close()
+    def _timed(self, kind: str, tag: str, started: float) -> None:
+        self.slow_log.record(kind, tag, (time.perf_counter() - started) * 1000)
 
-
-def _log_slow(tag: str, started: float) -> None:
-    elapsed = time.perf_counter() - started
-    if elapsed > SLOW_QUERY_SECONDS:
-        log.warning("slow ClickHouse query %s took %.2fs", tag, elapsed)
+    def close(self, timeout: float = 60.0) -> bool:
+        """Close the backend's connections (the embedded one waits up to ``timeout`` seconds for
+        calls still running, and refuses new ones). True when it closed cleanly."""
+        self.slow_log.flush()
+        return self.backend.close(timeout) is not False
 
 
 def store_from_settings(database: str | None = None) -> Store:
@@ -90,9 +161,12 @@ def store_from_settings(database: str | None = None) -> Store:
 
     url = settings.TRACEDASH_CLICKHOUSE
     database = database or settings.TRACEDASH_CLICKHOUSE_DATABASE
+    env = getattr(settings, "ENV", None)
+    slow_log = SlowQueryLog(read_ms=getattr(env, "slow_query_ms", SLOW_READ_MS),
+                            write_ms=getattr(env, "slow_write_ms", SLOW_WRITE_MS))
     if url is None:
-        return Store(EmbeddedBackend(settings.TRACEDASH_CLICKHOUSE_PATH, database))
-    return Store(NativeBackend(url, database))
+        return Store(EmbeddedBackend(settings.TRACEDASH_CLICKHOUSE_PATH, database), slow_log=slow_log)
+    return Store(NativeBackend(url, database), slow_log=slow_log)
 
 
 _store: Store | None = None
