@@ -154,7 +154,9 @@ def test_seeded_demo_traffic_trips_no_default_rule(asgi_server, project_with_key
     breaching = {(s.rule.name, s.key, s.value) for s in series if s.state in ("pending", "firing")
                  and s.rule.severity != "info"}
     assert breaching == set()
-    assert seen["P95 end-to-end > 1500 ms"].value < 1500 and seen["Network P95 > 200 ms"].value < 200
+    # with room to spare: a demo whose P95 sits near 1500 ms (it used to be ~1450 ms) crosses it in
+    # some 5-minute windows and pages; a healthy demo stays far from the line
+    assert seen["P95 end-to-end > 1500 ms"].value < 1250 and seen["Network P95 > 200 ms"].value < 200
 
 
 # --- forms ------------------------------------------------------------------------------------------
