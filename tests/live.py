@@ -31,7 +31,7 @@ class AsgiServer:
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name="uvicorn-browser-tests", daemon=True)
 
-    def start(self, timeout=10.0):
+    def start(self, timeout=60.0):  # a ceiling: a loaded machine starts it later
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
