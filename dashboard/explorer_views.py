@@ -117,6 +117,9 @@ def traces_explorer(request):
     context = {
         "filters": bar, "filter_choices": {"services": [], "models": []}, "errors": errors, "query": query,
         "rows": [], "next_url": "", "prev_url": "", "total": None, "store_error": None, "phase_colors": PHASE_COLORS, "phases": PHASES,
+        # The filter bar lists its own errors (range, from/to, service, model): the page's box
+        # only points at them, so no message is shown twice.
+        "bar_fields": [name for name, _ in bar.field_errors if name in errors],
         "statuses": STATUSES, "sort_headers": _sort_headers(bar, query), "params": request.GET,
         "first_page_url": bar.url(cursor=None), "is_paged": bool(query and query.cursor),
         "live_inserts": bool(query and query.sort == "start" and query.direction == "desc" and not query.cursor),
