@@ -72,3 +72,33 @@ def test_no_page_scrolls_sideways_at_800px(narrow_page, asgi_server, make_user, 
             sideways.append((path, width))
     assert sideways == []
     assert page.errors == []
+
+
+def test_waterfall_ruler_never_covers_the_top_row_after_scrolling(browser, asgi_server, make_user,  # noqa: F811
+                                                                   project_with_key):
+    from tests.trace_seed import big_trace, seed
+
+    user = make_user(password=PASSWORD)
+    project, _ = project_with_key(members=[user])
+    tid = seed(big_trace(300), project_id=project.pk)
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    try:
+        log_in(page, asgi_server, user.username, f"/traces/{tid}/")
+        page.wait_for_function("() => document.getElementById('waterfall').dataset.ready === '1'")
+        page.locator("#wf-list").hover()
+        for delta in (100, 137, 61):  # wheel steps that end between two rows
+            page.mouse.wheel(0, delta)
+            page.wait_for_function("""() => { const l = document.getElementById('wf-list');
+                return l.scrollTop > 0 && Math.abs(l.scrollTop / 24 - Math.round(l.scrollTop / 24)) < 0.02; }""")
+            page.wait_for_function("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))")
+            boxes = page.evaluate("""() => {
+                const ruler = document.getElementById('wf-ruler').getBoundingClientRect();
+                const rows = [...document.querySelectorAll('.wf-row:not([hidden])')].map((r) => r.getBoundingClientRect())
+                    .filter((b) => b.bottom > ruler.bottom + 0.5).sort((a, b) => a.top - b.top);
+                return {rulerBottom: ruler.bottom, firstTop: rows[0].top};
+            }""")
+            assert boxes["firstTop"] >= boxes["rulerBottom"] - 0.5, (delta, boxes)
+    finally:
+        context.close()

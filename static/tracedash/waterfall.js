@@ -216,6 +216,19 @@
   }
   function schedule() { if (!frame) frame = requestAnimationFrame(render); }
   list.addEventListener("scroll", schedule, { passive: true });
+  // When a scroll ends between two rows, settle on the nearest row boundary: the sticky ruler then
+  // never covers part of the top row (row k starts just under the ruler when scrollTop = k × ROW_H).
+  function alignToRow() {
+    const max = list.scrollHeight - list.clientHeight;
+    if (list.scrollTop >= max - 1) return;  // the bottom: the last row is already whole
+    const aligned = Math.round(list.scrollTop / ROW_H) * ROW_H;
+    if (Math.abs(aligned - list.scrollTop) >= 0.5) list.scrollTop = Math.min(aligned, max);
+  }
+  if ("onscrollend" in list) list.addEventListener("scrollend", alignToRow);
+  else {
+    let settle = 0;
+    list.addEventListener("scroll", () => { clearTimeout(settle); settle = setTimeout(alignToRow, 150); }, { passive: true });
+  }
   window.addEventListener("resize", () => { drawMinimap(); drawRuler(); schedule(); });
 
   // --- ruler and zoom --------------------------------------------------------------------------
