@@ -158,6 +158,19 @@ def test_a_taken_demo_simulator_port_is_named_and_the_server_serves_without_the_
     assert "tracedash: stopped." in server.output()
 
 
+def test_a_taken_server_port_is_named_and_the_exit_is_orderly(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = Server(tmp_path / "var", taken.getsockname()[1])
+        server.env.update(TRACEDASH_DEMO="0")
+        done = subprocess.run([sys.executable, "manage.py", "serve"], cwd=ROOT, env=server.env, capture_output=True,
+                              text=True, timeout=180)
+    assert done.returncode == 1, done.stderr
+    assert f"tracedash: could not serve on 127.0.0.1:{server.port}" in done.stderr
+    assert "tracedash: stopped." in done.stdout and "Traceback" not in done.stderr
+
+
 def test_the_simulator_cli_names_a_taken_port():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -305,6 +318,16 @@ def test_a_zero_threshold_turns_the_slow_log_off(caplog):
         slow.record("read", "x", 10**6)
         slow.record("write", "x", 10**6)
     assert caplog.records == []
+
+
+def test_the_store_takes_its_slow_query_thresholds_from_settings(settings):
+    import dataclasses
+
+    from store.client import store_from_settings
+
+    settings.ENV = dataclasses.replace(settings.ENV, slow_query_ms=250, slow_write_ms=0)
+    store = store_from_settings()  # opens nothing until the first query
+    assert (store.slow_log.read_ms, store.slow_log.write_ms) == (250, 0)
 
 
 def test_slow_query_thresholds_come_from_the_environment(tmp_path):

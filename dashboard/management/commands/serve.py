@@ -16,8 +16,9 @@ Ctrl-C (SIGINT) or SIGTERM stops in this order, every time:
    alive then, and the interpreter's normal teardown destroying chdb's globals under them is what
    used to crash (a segmentation fault after "stopped.").
 
-A second Ctrl-C while the demo flushes skips that wait; one during the final steps is answered
-with a note (they are bounded); a third ends the process at once.
+A second Ctrl-C while the demo flushes stops the server without waiting for it (a third does not
+wait for open connections either). During the final steps a Ctrl-C is answered with a note (they
+are bounded); another one ends the process at once.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ class Command(BaseCommand):
                 previous = signal.signal(signal.SIGINT, notes) if _main_thread() else None
                 try:
                     server.run()
+                except SystemExit:  # uvicorn's answer to an address it cannot listen on
+                    pass
                 finally:
                     notes.stopping = True
                 if not server.started:
@@ -109,6 +112,11 @@ class Command(BaseCommand):
                                       "PORT and HOST choose another address)")
         except KeyboardInterrupt:  # Ctrl-C before the server had started
             pass
+        except Exception:
+            if not embedded:
+                raise
+            failed = True  # still stop in order (below) and end without the interpreter's teardown
+            log.exception("tracedash: serving failed")
         finally:
             notes.stopping = True
             clean = self._shutdown(demo=demo, beat=beat, writer=writer, store=store, notes=notes)
@@ -136,6 +144,7 @@ class Command(BaseCommand):
                 clean &= stop_writer()  # writes what is queued (or spools it) before the store closes
             if beat is not None:
                 clean &= beat.stop()
+            _wait_for_alert_deliveries()
             if not store.close():
                 clean = False
                 self.stderr.write("tracedash: a ClickHouse call was still running after 60 s; "
@@ -193,6 +202,18 @@ def _asgi_app():
     from config.asgi import application
 
     return application
+
+
+def _wait_for_alert_deliveries(timeout: float = 30.0) -> None:
+    """Let notifications being sent finish (the process ends with os._exit, which would not wait
+    for them; one cut off is retried at the next start, as its row says it was not sent)."""
+    services = sys.modules.get("alerts.services")
+    pool = getattr(services, "_pool", None)
+    if pool is None:
+        return
+    waiter = threading.Thread(target=pool.shutdown, kwargs={"wait": True}, name="tracedash-alert-wait", daemon=True)
+    waiter.start()
+    waiter.join(timeout)
 
 
 def _main_thread() -> bool:
