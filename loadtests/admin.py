@@ -8,4 +8,5 @@ class LoadTestRunAdmin(admin.ModelAdmin):
     list_display = ("run_id", "project", "test_type", "status", "target_url", "created_at", "finished_at")
     list_filter = ("project", "test_type", "status")
     search_fields = ("run_id", "target_url")
-    readonly_fields = ("run_id", "project", "test_type", "target_url", "config", "report", "created_at", "finished_at")
+    readonly_fields = ("run_id", "project", "test_type", "target_url", "config", "report", "progress", "heartbeat_at",
+                       "created_at", "finished_at")

@@ -24,6 +24,11 @@ class LoadTestRun(models.Model):
     error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Runs started from the page (loadtests.runner): the live counters, written about once a
+    # second while it runs, and when they were last written. A running run whose heartbeat stopped
+    # (its server was stopped) no longer counts as running.
+    progress = models.JSONField(default=dict, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -31,3 +36,19 @@ class LoadTestRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.test_type} load test {self.run_id} ({self.status})"
+
+
+class LoadTestKey(models.Model):
+    """The project's one ingest key for load tests (an ordinary ``projects.ApiKey`` named "load
+    tests", listed and revocable on Settings), created once and reused by every run.
+
+    Unlike other keys its plaintext is kept here: the server itself sends the traces of the runs it
+    starts, so it must be able to present the key again. It can only add traces to its own project;
+    revoking it on Settings stops that at once, and the next run creates a fresh one."""
+
+    project = models.OneToOneField("projects.Project", on_delete=models.CASCADE, related_name="load_test_key")
+    api_key = models.OneToOneField("projects.ApiKey", on_delete=models.CASCADE, related_name="+")
+    secret = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return f"load test key of {self.project_id}"

@@ -1,12 +1,31 @@
-"""Writes for load test runs."""
+"""Writes for load test runs, and starting them from the page."""
 
 from __future__ import annotations
 
+import threading
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from projects.models import Project
 
-from .models import LoadTestRun
+from .models import LoadTestKey, LoadTestRun
+
+LOAD_TEST_KEY_NAME = "load tests"
+# A run started from the page writes its progress about once a second; one silent this long had
+# its server stopped under it, and no longer blocks the project's next run.
+HEARTBEAT_STALE = timedelta(minutes=2)
+
+
+class LoadTestBusy(Exception):
+    """The project already has a load test running (one at a time per project)."""
+
+    def __init__(self, run: LoadTestRun):
+        self.run = run
+        super().__init__(f"a load test is already running in this project (run {run.run_id}, started "
+                         f"{run.created_at:%Y-%m-%d %H:%M:%S} UTC); wait for it to finish")
 
 
 def load_test_run_create(*, project: Project, run_id: str, test_type: str, target_url: str,
@@ -29,3 +48,80 @@ def load_test_run_fail(*, run: LoadTestRun, error: str, interrupted: bool = Fals
     run.finished_at = timezone.now()
     run.save(update_fields=["status", "error", "finished_at"])
     return run
+
+
+def load_test_run_progress(*, run_pk: int, progress: dict) -> None:
+    """Record a running run's live counters (and so its heartbeat)."""
+    LoadTestRun.objects.filter(pk=run_pk, status=LoadTestRun.Status.RUNNING).update(
+        progress=progress, heartbeat_at=timezone.now())
+
+
+@transaction.atomic
+def load_test_key_ensure(*, project: Project) -> str:
+    """The plaintext of the project's "load tests" ingest key: created once (with
+    ``projects.services.api_key_create``, so it is listed and revocable on Settings like any key)
+    and reused by every run; a revoked or deleted one is replaced by a fresh one."""
+    from projects.services import api_key_create
+
+    Project.objects.select_for_update().filter(pk=project.pk).first()  # one creator at a time per project
+    held = LoadTestKey.objects.select_related("api_key").filter(project=project).first()
+    if held is not None and held.api_key.revoked_at is None:
+        return held.secret
+    key, raw = api_key_create(project=project, name=LOAD_TEST_KEY_NAME)
+    if held is None:
+        LoadTestKey.objects.create(project=project, api_key=key, secret=raw)
+    else:
+        held.api_key, held.secret = key, raw
+        held.save(update_fields=["api_key", "secret"])
+    return raw
+
+
+def _running_run(project: Project) -> LoadTestRun | None:
+    """The project's run that is still going, if any. Page-started runs whose heartbeat stopped
+    (their server was stopped) are marked interrupted here."""
+    now = timezone.now()
+    for run in LoadTestRun.objects.filter(project=project, status=LoadTestRun.Status.RUNNING).defer("report"):
+        if run.config.get("source") != "page":
+            continue  # `manage.py loadtest` runs beside the server: they do not block the page
+        last = run.heartbeat_at or run.created_at
+        if now - last > HEARTBEAT_STALE:
+            load_test_run_fail(run=run, error="the server stopped while the load test ran", interrupted=True)
+            continue
+        return run
+    return None
+
+
+def load_test_start(*, project: Project, options: dict, trace_endpoint: str) -> LoadTestRun:
+    """Start a load test from the page (``options``: the cleaned ``LoadTestStartForm`` data).
+
+    One at a time per project (``LoadTestBusy`` otherwise). The run goes on in the background:
+    a thread of the serving process when embedded, a Celery task in production. Its requests are
+    traced to ``trace_endpoint`` with the project's "load tests" key."""
+    from tracedash_sdk.loadtest import new_run_id
+
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=project.pk).first()  # serialises concurrent starts
+        busy = _running_run(project)
+        if busy is not None:
+            raise LoadTestBusy(busy)
+        target_url = options["target_url"] if options["target"] == "url" else "built-in simulator"
+        config = {"source": "page", **{k: v for k, v in options.items() if k != "target_api_key"}}
+        run = LoadTestRun.objects.create(project=project, run_id=new_run_id(), test_type=options["test_type"],
+                                         target_url=target_url, config=config, heartbeat_at=timezone.now())
+        # The target's own key (if any) is passed to the runner, never stored with the run.
+        secret = options.get("target_api_key") or None
+        transaction.on_commit(lambda: _dispatch(run.pk, trace_endpoint, secret))
+    return run
+
+
+def _dispatch(run_pk: int, trace_endpoint: str, target_api_key: str | None) -> None:
+    if settings.CELERY_TASK_ALWAYS_EAGER:  # embedded: no broker, so not a task (it would run right here)
+        from .runner import load_test_execute
+
+        threading.Thread(target=load_test_execute, name=f"loadtest-{run_pk}", daemon=True,
+                         kwargs={"run_pk": run_pk, "trace_endpoint": trace_endpoint,
+                                 "target_api_key": target_api_key}).start()
+    else:
+        from .tasks import load_test_run_task
+
+        load_test_run_task.delay(run_pk, trace_endpoint, target_api_key)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -72,3 +73,62 @@ def test_report_page_draws_the_charts_with_the_knee(asgi_server, make_user, proj
     assert errors == []
     outside = [u for u in requests if not re.match(rf"^{re.escape(asgi_server.url)}/", u) and not u.startswith("data:")]
     assert outside == []  # plotly.js and everything else from the server itself
+
+
+def test_start_a_load_test_from_the_page_and_follow_it(asgi_server, make_user, project_with_key, monkeypatch):
+    """The form on /loadtests/ starts a run against the built-in simulator in the server's background;
+    the run's page follows its progress and shows the report when it ends, with a link to its traces."""
+    from loadtests.models import LoadTestRun
+    from projects.models import ApiKey
+
+    user = make_user("lt-starter", password=PASSWORD)
+    project, _ = project_with_key(members=[user])
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(BROWSER_TIMEOUT_MS)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(f"{asgi_server.url}/login/?next=/loadtests/")
+            page.fill("#id_username", "lt-starter")
+            page.fill("#id_password", PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+            expect(page).to_have_url(f"{asgi_server.url}/loadtests/")
+            page.locator("#loadtest-start summary").click()
+            # A bad value is refused with its reason, and starts nothing.
+            page.select_option("#id_test_type", "concurrency")
+            page.fill("#id_qps", "0")
+            page.fill("#id_duration", "10")
+            page.get_by_role("button", name="Start").click()
+            expect(page.locator("#loadtest-start .errorlist")).to_contain_text("greater than or equal to 0.1")
+            assert not LoadTestRun.objects.exists()
+            page.fill("#id_qps", "3")
+            page.check("#id_target_0")  # the built-in simulator
+            page.get_by_role("button", name="Start").click()
+            expect(page).to_have_url(re.compile(r"/loadtests/\d+/"))
+            run = LoadTestRun.objects.get()
+            assert run.config["source"] == "page" and run.target_url == "built-in simulator"
+            # While it runs (10 s), the page polls its progress; when it ends, the page reloads itself
+            # with the report (the only way a page rendered while it ran can show one).
+            expect(page.locator(".kpis")).to_be_visible(timeout=180_000)
+            paths = [urlsplit(u).path for u in requests]
+            polls, loads = paths.count(f"/loadtests/{run.pk}/progress.json"), paths.count(f"/loadtests/{run.pk}/")
+            # (a machine so slow that the page was first shown after the run ended shows the report at once)
+            assert (polls >= 1 and loads >= 2) or loads == 1, (polls, loads)
+            run.refresh_from_db()
+            assert run.status == "completed" and run.report["totals"]["planned"] == 30
+            expect(page.locator(".kpi .value").first).to_have_text(
+                f"{run.report['totals']['ok']} / {run.report['totals']['errors']}")
+            link = page.locator("#loadtest-traces")
+            href = link.get_attribute("href")
+            assert f"attr=loadtest.run_id%3D{run.run_id}" in href and f"project={project.pk}" in href
+            assert ApiKey.objects.filter(project=project, name="load tests").count() == 1
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "loadtest-started.png"), full_page=True)
+        finally:
+            browser.close()
+    assert errors == []

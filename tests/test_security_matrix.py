@@ -77,6 +77,9 @@ MATRIX: dict[str, Row] = {
     "alerts:firing_json": Row("page", lambda w: "/alerts/firing.json" + _q(w)),
     "loadtests:list": Row("page", lambda w: "/loadtests/" + _q(w)),
     "loadtests:detail": Row("page", lambda w: f"/loadtests/{w.run.pk}/" + _q(w)),
+    "loadtests:start": Row("form", lambda w: "/loadtests/start/" + _q(w), 400,
+                           note="names the current project: a non-member's ?project= is a 404"),
+    "loadtests:progress": Row("json", lambda w: f"/loadtests/{w.run.pk}/progress.json" + _q(w)),
     "loadtests:report_json": Row("page", lambda w: f"/loadtests/{w.run.pk}/report.json" + _q(w), 409,
                                  note="the seeded run is still running: 409 'no report yet' (members only)"),
     "dashboard:home": Row("page", lambda w: "/" + _q(w)),
@@ -108,7 +111,7 @@ MATRIX: dict[str, Row] = {
 # URLs naming one object of project A (a rule, a trace, a load test run, …).
 OBJECT_URLS = {"alerts:rule_edit", "alerts:rule_delete", "alerts:channel_delete", "alerts:channel_test",
                "alerts:silence_expire",
-               "alerts:series_ack", "loadtests:detail", "loadtests:report_json", "dashboard:trace-compare",
+               "alerts:series_ack", "loadtests:detail", "loadtests:report_json", "loadtests:progress", "dashboard:trace-compare",
                "dashboard:trace", "dashboard:trace-api", "projects:key_revoke", "projects:member_remove"}
 PROTECTED = [name for name, row in MATRIX.items() if row.kind in ("page", "json", "form")]
 

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
 
@@ -21,22 +17,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from projects.models import Project
 
-# The simulator the command tests by default: 32 slots, each request of 20 tokens holds one for
-# 40 + 19 x 6 x (1 + 0.2 x 31/32) ms = 172 ms, so it saturates near 186 completions/s.
-DEFAULT_SIMULATOR = {"queue_delay_ms": 2.0, "prefill_ms": 40.0, "prefill_ms_per_token": 0.0,
-                     "decode_ms_per_token": 6.0, "capacity": 32, "load_slowdown": 0.2, "jitter": 0.05,
-                     "error_rate": 0.0}
+from loadtests.simulator import DEFAULT_SIMULATOR, SimulatorError, simulator_start, simulator_stop
 
 
 # Secrets and Django's own options are not stored with the run.
 _NOT_STORED = {"tracedash_api_key", "target_api_key", "verbosity", "settings", "pythonpath", "traceback", "no_color",
                "force_color", "skip_checks"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Command(BaseCommand):
@@ -77,10 +63,10 @@ class Command(BaseCommand):
             ns.no_trace = True
         if not ns.no_trace:
             api_key = ns.tracedash_api_key or os.environ.get("TRACEDASH_API_KEY")
-            if not api_key:
-                from projects.services import api_key_create
+            if not api_key:  # the project's one "load tests" key, created by its first run
+                from loadtests.services import load_test_key_ensure
 
-                _, api_key = api_key_create(project=project, name="loadtest command")
+                api_key = load_test_key_ensure(project=project)
             tracer = Tracer(endpoint=endpoint, api_key=api_key, service=ns.service, max_queue_spans=200_000,
                             max_batch_spans=2_000)
         try:
@@ -112,11 +98,7 @@ class Command(BaseCommand):
         finally:
             delivered = tracer.shutdown(timeout=60.0) if tracer is not None else True
             if simulator is not None:
-                simulator.terminate()
-                try:
-                    simulator.wait(10)
-                except subprocess.TimeoutExpired:
-                    simulator.kill()
+                simulator_stop(simulator)
         if tracer is not None:
             stats = dict(tracer.exporter.stats)
             report["config"]["tracing"] = {"service": tracer.service, "endpoint": tracer.exporter.endpoint,
@@ -147,25 +129,10 @@ class Command(BaseCommand):
         return f"http://{host}:{settings.ENV.port}"
 
     def _start_simulator(self, config: dict):
-        port = _free_port()
-        handle = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="loadtest-sim-", delete=False)
-        with handle:
-            json.dump(config, handle)
-        process = subprocess.Popen([sys.executable, "-m", "demo.simulator", "--host", "127.0.0.1", "--port", str(port),
-                                    "--config", handle.name, "--log-level", "warning"],
-                                   cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    process.kill()
-                    raise CommandError("the demo simulator did not start")
-                time.sleep(0.1)
-        os.unlink(handle.name)
-        return process, f"http://127.0.0.1:{port}/v1"
+        try:
+            return simulator_start(config)
+        except SimulatorError as exc:
+            raise CommandError(str(exc)) from None
 
 
 def _reachable(endpoint: str) -> bool:
