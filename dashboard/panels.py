@@ -14,7 +14,7 @@ from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlencode
 
-from .charts import BASE_LAYOUT, PHASE_COLORS
+from .charts import BASE_LAYOUT, HEATMAP_COLORSCALE, PHASE_COLORS, mark_alerts, style_figure
 from .rollup_services import HIST_GAMMA
 from .panel_selectors import LatencyHeatmap, ModelSpend, WindowSeries, WindowStats
 from .selectors import DeviceSeries, LoadSeries, ResourceSeries
@@ -104,7 +104,7 @@ def figure(**layout) -> Fig:
 
 
 def figure_dict(fig: Fig) -> dict:
-    return fig.to_dict()
+    return style_figure(fig.to_dict())  # units in hovers and axes, money, heatmap colours (dashboard.charts)
 
 
 def threshold_line(fig: Fig, *, y: float, label: str, color: str = "#b00020") -> None:
@@ -172,7 +172,7 @@ def resources_figures(series: ResourceSeries, load: LoadSeries, *, alerts: list[
     figs["fig-gpu-proc"] = figure_dict(proc)
     if alerts:
         for fig in figs.values():
-            _mark_alerts(fig, alerts)
+            mark_alerts(fig, alerts)  # folded markers, details in the hover (dashboard.charts)
     return figs
 
 
@@ -182,26 +182,6 @@ def _load_figure(series: ResourceSeries, times, values, title: str, ytitle: str,
     if threshold:
         threshold_line(fig, y=threshold[0], label=threshold[1])
     return figure_dict(fig)
-
-
-def _mark_alerts(fig: dict, alerts: list[dict]) -> None:
-    """A vertical line where each firing alert started, labelled with a link to /alerts/."""
-    layout = fig.setdefault("layout", {})
-    shapes, notes = layout.setdefault("shapes", []), layout.setdefault("annotations", [])
-    for alert in alerts:
-        if not alert.get("since"):
-            continue
-        since = _json_ready(datetime.fromisoformat(alert["since"]))  # the charts' UTC wall-clock form
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": since, "x1": since,
-                       "y0": 0, "y1": 1, "line": {"color": "#b00020", "width": 1, "dash": "dot"}})
-        notes.append({"xref": "x", "yref": "paper", "x": since, "y": 1, "showarrow": False,
-                      "xanchor": "left", "yanchor": "top", "font": {"color": "#b00020", "size": 10},
-                      "text": f'<a href="/alerts/">firing: {_plain(alert.get("rule", "alert"))}</a>'})
-
-
-def _plain(text: str) -> str:
-    """Plotly renders a little HTML in annotation text; a rule name is the user's, so escape it."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 # --- overview ------------------------------------------------------------------------------------
@@ -327,7 +307,7 @@ def overview_figures(series: WindowSeries, heatmap: LatencyHeatmap, *, filters: 
     heat = figure(**_series_layout(series, "End-to-end latency heatmap (requests per bucket)", "E2E",
                                    hovermode="closest"))
     heat.add_heatmap(x=heatmap.times, y=labels, z=[[c or None for c in row] for row in heatmap.counts],
-                     customdata=heat_links, colorscale="Blues", hoverongaps=False, colorbar={"title": {"text": "requests"}})
+                     customdata=heat_links, colorscale=HEATMAP_COLORSCALE, hoverongaps=False, colorbar={"title": {"text": "requests"}})
     heat.update_yaxes(type="category", rangemode=None)
     figs["fig-heatmap"] = figure_dict(heat)
 

@@ -188,8 +188,10 @@ def test_firing_alerts_are_marked_on_the_charts_with_a_link(client, make_user, p
                        tag="tests.resources")
     client.force_login(alice)
     mem = client.get("/resources/series.json?range=15m").json()["figures"]["fig-gpu-mem"]
-    notes = [a["text"] for a in mem["layout"]["annotations"] if "firing" in a["text"]]
-    assert notes == ['<a href="/alerts/">firing: GPU &lt;b&gt;memory&lt;/b&gt;</a>']  # the user's name escaped
+    # Folded: a small marker linking to /alerts/, the rule's name (escaped: it is the user's) in its hover.
+    notes = [a for a in mem["layout"]["annotations"] if "firing" in a.get("hovertext", "")]
+    assert [a["text"] for a in notes] == ['<a href="/alerts/">⚑</a>']
+    assert "GPU &lt;b&gt;memory&lt;/b&gt;" in notes[0]["hovertext"] and "<b>memory" not in notes[0]["hovertext"]
     lines = [s for s in mem["layout"]["shapes"] if s.get("yref") == "paper"]
     assert len(lines) == 1 and lines[0]["x0"] == fired.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
