@@ -363,25 +363,47 @@ def explorer_page(*, project_id: int, query: ExplorerQuery) -> ExplorerPage:
                         prev_cursor=_cursor_after(query, kept[0], before=True) if query.cursor and kept else None)
 
 
-def explorer_count(*, project_id: int, query: ExplorerQuery) -> int:
+COUNT_CAP = 10_000  # the explorer counts matching traces exactly up to this many, then says "more than"
+
+
+@dataclass(frozen=True)
+class ExplorerCount:
+    traces: int  # matching traces counted (exact when ``more`` is False)
+    more: bool = False  # True: the count stopped reading (2 × ``cap`` rows); ``traces`` is a lower bound
+    cap: int = COUNT_CAP
+
+    def __str__(self) -> str:
+        if self.more:
+            return f"more than {self.cap:,} traces" if self.traces > self.cap else f"at least {self.traces:,} traces"
+        return f"{self.traces:,} trace{'' if self.traces == 1 else 's'}"
+
+
+def explorer_count(*, project_id: int, query: ExplorerQuery, cap: int = COUNT_CAP) -> ExplorerCount:
     """How many traces match ``query`` (its cursor aside): each trace once, by its latest summary,
-    as ``explorer_page`` lists them."""
+    as ``explorer_page`` lists them. Exact up to ``cap``; beyond, a lower bound (``more``): the
+    count reads at most twice ``cap`` rows of the window, newest first, so a month of traces
+    costs what a few thousand do."""
     if len(query.trace_id) == 32:
         summary = trace_summary(project_id=project_id, trace_id=query.trace_id)
         if summary is None:
-            return 0
+            return ExplorerCount(0, cap=cap)
         where, params = _conditions(query, project_id=project_id, trace_start_ns=summary.start_ns)
     else:
         where, params = _conditions(query, project_id=project_id)
-    matching = f"SELECT trace_id, version FROM traces_by_start WHERE {' AND '.join(where)}"
+    # The table's own order and a limit: deterministic (the subquery is read more than once) and
+    # read in order, stopping at the limit.
+    matching = (f"SELECT trace_id, version FROM traces_by_start WHERE {' AND '.join(where)}"
+                " ORDER BY start_time DESC, trace_id DESC LIMIT {count_rows:UInt32}")
+    params["count_rows"] = 2 * cap + 1
     sql = (
-        f"SELECT uniqExact(trace_id) AS n FROM ({matching}) AS m\n"
+        f"SELECT (SELECT count() FROM ({matching})) AS rows_read, uniqExact(trace_id) AS n FROM ({matching}) AS m\n"
         "WHERE (trace_id, version) IN (SELECT trace_id, max(version) FROM traces"
         " WHERE project_id = {project_id:UInt64}"
         f" AND trace_id IN (SELECT trace_id FROM ({matching})) GROUP BY trace_id)"
     )
     result = get_store().query(sql, params, tag="dashboard.explorer.explorer_count")
-    return int(result.rows[0][0]) if result.rows else 0
+    rows_read, n = (int(v) for v in result.rows[0]) if result.rows else (0, 0)
+    return ExplorerCount(n, rows_read > 2 * cap, cap)  # the limit reached: more rows than were read
 
 
 def _cursor_after(query: ExplorerQuery, row: ExplorerRow, *, before: bool = False) -> Cursor:

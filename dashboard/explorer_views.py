@@ -132,8 +132,9 @@ def traces_explorer(request):
                 page = explorer_page(project_id=project.pk, query=query)
                 context["rows"] = page.rows
                 total = explorer_count(project_id=project.pk, query=query)
-                context["total"] = total
-                context["total_text"] = f"{total:,} trace{'' if total == 1 else 's'}"
+                context["total"] = total.traces
+                context["total_more"] = total.more
+                context["total_text"] = str(total)
                 if page.next_cursor is not None:
                     context["next_url"] = bar.url(cursor=page.next_cursor.encode())
                 if page.prev_cursor is not None:

@@ -71,10 +71,28 @@ def test_total_counts_each_matching_trace_once_by_its_latest_summary():
     now = time.time_ns()
     ids = seed_traces(project_id=1, traces=tied_traces(now, 7) + [make_trace(start_ns=now - HOUR, error=True)])
     seed_traces(project_id=2, traces=[make_trace(start_ns=now - HOUR)])
-    assert explorer_count(project_id=1, query=q(now)) == 8
-    assert explorer_count(project_id=1, query=q(now, status="error")) == 1
-    assert explorer_count(project_id=1, query=q(now, trace_id=ids[3])) == 1
-    assert explorer_count(project_id=1, query=q(now, trace_id="0" * 32)) == 0
+    assert explorer_count(project_id=1, query=q(now)) == ex.ExplorerCount(8)
+    assert str(explorer_count(project_id=1, query=q(now))) == "8 traces"
+    assert explorer_count(project_id=1, query=q(now, status="error")).traces == 1
+    assert str(explorer_count(project_id=1, query=q(now, trace_id=ids[3]))) == "1 trace"
+    assert explorer_count(project_id=1, query=q(now, trace_id="0" * 32)).traces == 0
+    assert explorer_count(project_id=1, query=q(now, trace_id=ids[3][:10])).traces == 1
+    # Past the cap the count stops reading and says so.
+    capped = explorer_count(project_id=1, query=q(now), cap=3)
+    assert capped.more and capped.traces == 7 and str(capped) == "more than 3 traces"  # 2 × 3 + 1 rows read
+    assert explorer_count(project_id=1, query=q(now), cap=8) == ex.ExplorerCount(8, cap=8)
+
+
+def test_total_counts_a_resummarised_trace_once_by_its_latest_version():
+    now = time.time_ns()
+    spans = make_trace(start_ns=now - HOUR)
+    seed_traces(project_id=1, traces=[spans])
+    late = [dict(s) for s in spans]
+    late[0].update(status="error", status_message="late failure")
+    seed_traces(project_id=1, traces=[late])  # a newer summary of the same trace
+    assert explorer_count(project_id=1, query=q(now)).traces == 1
+    assert explorer_count(project_id=1, query=q(now, status="error")).traces == 1
+    assert explorer_count(project_id=1, query=q(now, status="ok")).traces == 0
 
 
 def test_short_trace_id_is_a_prefix_of_the_projects_traces_any_time():
