@@ -106,21 +106,23 @@ def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> lis
     return cover(start_s, end_s, sizes)
 
 
-# The latest summary of every trace whose summary starts in [lo, hi): candidates by start from
-# ``traces_by_start`` (ordered by time: reads only the edge's granules), the newest version of each
-# by id from ``traces`` (a stale candidate whose start moved is dropped by the caller's filter).
-def _edge_rows(i: int, columns: list[str]) -> str:
+# The latest summary of every trace whose summary starts in one of the edge ranges: candidates by
+# start from ``traces_by_start`` (ordered by time: reads only the edges' granules), the newest
+# version of each by id from ``traces`` (a stale candidate whose start moved is dropped by the
+# range filter on the latest start). Both edges of a window are read by one subquery.
+def _edge_rows(edges: list[tuple[int, int, int]], columns: list[str]) -> str:
     keys = ("bucket", "service", "model")
     inner = ", ".join(f"{FROM_TRACES[c]} AS a_{c}" for c in columns if c not in keys)
     outer = ", ".join(c if c in keys else f"a_{c} AS {c}" for c in columns)
-    lo, hi = f"fromUnixTimestamp64Nano({{elo{i}:Int64}})", f"fromUnixTimestamp64Nano({{ehi{i}:Int64}})"
+    in_range = " OR ".join(f"(start_time >= fromUnixTimestamp64Nano({{elo{i}:Int64}})"
+                           f" AND start_time < fromUnixTimestamp64Nano({{ehi{i}:Int64}}))" for i, _, _ in edges)
     return (
         f"SELECT {outer} FROM (SELECT toDateTime(intDiv(toUnixTimestamp64Nano(start_time), {MINUTE_NS}) * {MINUTE}, 'UTC')"
         f" AS bucket, service, model, {inner} FROM (SELECT {TRACE_COLUMNS} FROM traces"
         " WHERE project_id = {project_id:UInt64} AND trace_id IN (SELECT trace_id FROM traces_by_start"
-        f" WHERE project_id = {{project_id:UInt64}} AND start_time >= {lo} AND start_time < {hi})"
+        f" WHERE project_id = {{project_id:UInt64}} AND ({in_range}))"
         " ORDER BY version DESC LIMIT 1 BY trace_id)"
-        f" WHERE has_root = 1 AND start_time >= {lo} AND start_time < {hi}"
+        f" WHERE has_root = 1 AND ({in_range})"
         " AND ({service:String} = '' OR service = {service:String}) AND ({model:String} = '' OR model = {model:String})"
         " GROUP BY bucket, service, model)")
 
@@ -130,11 +132,13 @@ def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool 
     summed over every service and model (for reads that filter neither and need no model).
     An ``edge`` segment's rows are aggregated from the summaries, like a minute's."""
     parts, params = [], {}
-    names = [c.strip() for c in columns.split(",")]
+    edges = [(i, lo, hi) for i, (level, lo, hi) in enumerate(segments) if level == "edge"]
+    if edges:
+        parts.append(_edge_rows(edges, [c.strip() for c in columns.split(",")]))
+        for i, lo, hi in edges:
+            params[f"elo{i}"], params[f"ehi{i}"] = lo, hi
     for i, (level, lo, hi) in enumerate(segments):
         if level == "edge":
-            parts.append(_edge_rows(i, names))
-            params[f"elo{i}"], params[f"ehi{i}"] = lo, hi
             continue
         table = _TABLE[level] + ("_all" if totals and level != "minute" else "")
         parts.append(
