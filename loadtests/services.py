@@ -76,18 +76,23 @@ def load_test_key_ensure(*, project: Project) -> str:
     return raw
 
 
+def load_test_run_expire_if_stale(*, run: LoadTestRun, now=None) -> bool:
+    """Mark a page-started run interrupted if it still says running but its heartbeat stopped (its
+    server was stopped under it). Returns whether it did."""
+    if run.status != LoadTestRun.Status.RUNNING or run.config.get("source") != "page":
+        return False  # `manage.py loadtest` runs have no heartbeat: they run beside the server
+    last = run.heartbeat_at or run.created_at
+    if (now or timezone.now()) - last <= HEARTBEAT_STALE:
+        return False
+    load_test_run_fail(run=run, error="the server stopped while the load test ran", interrupted=True)
+    return True
+
+
 def _running_run(project: Project) -> LoadTestRun | None:
-    """The project's run that is still going, if any. Page-started runs whose heartbeat stopped
-    (their server was stopped) are marked interrupted here."""
-    now = timezone.now()
+    """The project's page-started run that is still going, if any (stale ones are expired here)."""
     for run in LoadTestRun.objects.filter(project=project, status=LoadTestRun.Status.RUNNING).defer("report"):
-        if run.config.get("source") != "page":
-            continue  # `manage.py loadtest` runs beside the server: they do not block the page
-        last = run.heartbeat_at or run.created_at
-        if now - last > HEARTBEAT_STALE:
-            load_test_run_fail(run=run, error="the server stopped while the load test ran", interrupted=True)
-            continue
-        return run
+        if run.config.get("source") == "page" and not load_test_run_expire_if_stale(run=run):
+            return run
     return None
 
 

@@ -15,7 +15,7 @@ from dashboard.views import json_login_required
 from . import selectors
 from .charts import report_figures
 from .forms import LoadTestStartForm
-from .services import LoadTestBusy, load_test_start
+from .services import LoadTestBusy, load_test_run_expire_if_stale, load_test_start
 
 
 def _list_page(request, form, status=200):
@@ -82,6 +82,7 @@ def load_test_detail(request, pk: int):
 def load_test_progress(request, pk: int):
     """A run's status and live counters, polled by the run's page while it runs."""
     run = _run_or_404(request, pk)
+    load_test_run_expire_if_stale(run=run)  # its server stopped under it: say so, do not keep the page polling
     return JsonResponse({"run_id": run.run_id, "status": run.status, "progress": run.progress or {},
                          "error": run.error, "finished": run.status != run.Status.RUNNING})
 

@@ -143,6 +143,27 @@ def test_progress_json_is_the_runs_status(client, member):
     page = client.get(f"/loadtests/{run.pk}/").content.decode()
     assert "sent 3 · done 2 · errors 0" in page
     assert f'href="/traces/?project={member.pk}&amp;attr=loadtest.run_id%3Dr-progress&amp;from=' in page
+    # Its server stopped under it (no heartbeat for minutes): the page stops waiting for it.
+    LoadTestRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+    data = client.get(f"/loadtests/{run.pk}/progress.json").json()
+    assert data["status"] == "interrupted" and data["finished"] and "server stopped" in data["error"]
+
+
+@pytest.mark.django_db
+def test_production_runs_are_a_celery_task(project_with_key, settings, monkeypatch,
+                                           django_capture_on_commit_callbacks):
+    from loadtests import tasks
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    sent = []
+    monkeypatch.setattr(tasks.load_test_run_task, "delay", lambda *args: sent.append(args))
+    project, _ = project_with_key()
+    options = {"test_type": "burst", "qps": 5.0, "duration": 60.0, "target": "url", "target_url": "http://t/v1",
+               "target_api_key": "sk-t", "model": ""}
+    with django_capture_on_commit_callbacks(execute=True):
+        run = load_test_start(project=project, options=options, trace_endpoint="http://web:8000")
+    assert sent == [(run.pk, "http://web:8000", "sk-t")]
+    assert tasks.load_test_run_task.name == "loadtests.run"
 
 
 @pytest.mark.clickhouse
