@@ -351,10 +351,10 @@ def current_label(seconds: float) -> str:
     return f"last {minutes} min"
 
 
-def overview_kpis(now: WindowStats, before: WindowStats, current: WindowStats | None = None,
-                  current_before: WindowStats | None = None) -> list[Kpi]:
+def overview_kpis(now: WindowStats, before: WindowStats, current=None, current_before=None) -> list[Kpi]:
     """The overview's tiles. RPS twice, each labelled: averaged over the whole window, and
-    ``current`` (the window's last minutes, against the minutes before them)."""
+    ``current`` (the window's last minutes, against the minutes before them: anything with
+    ``rps`` and ``seconds``, e.g. ``rollups.Rate``)."""
     def pct(v):
         return None if v is None else 100 * v
 

@@ -262,6 +262,45 @@ def window_stats(*, project_id: int, start: datetime, end: datetime, service: st
     return _stats(sums[0], quantiles.get(0, {}), seconds) if 0 in sums else _empty(seconds)
 
 
+@dataclass(frozen=True)
+class Rate:
+    """Requests over a short span (the overview's current rate)."""
+
+    requests: int
+    seconds: float
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+
+_RATES_SQL = """SELECT {counts} FROM (
+    SELECT start_time, has_root, service, model FROM traces
+    WHERE project_id = {{project_id:UInt64}} AND trace_id IN (SELECT trace_id FROM traces_by_start
+        WHERE project_id = {{project_id:UInt64}} AND start_time >= fromUnixTimestamp64Nano({{lo:Int64}})
+          AND start_time < fromUnixTimestamp64Nano({{hi:Int64}}))
+    ORDER BY version DESC LIMIT 1 BY trace_id)
+WHERE has_root = 1 AND ({{service:String}} = '' OR service = {{service:String}})
+  AND ({{model:String}} = '' OR model = {{model:String}})"""
+
+
+def request_rates(*, project_id: int, spans: list[tuple[datetime, datetime]], service: str = "",
+                  model: str = "") -> list[Rate]:
+    """Requests (roots starting in each span, exactly) of a few short, recent spans, in one read
+    of the per-trace summaries: cheaper than a window read each when they are minutes long."""
+    if not spans:
+        return []
+    bounds = [(_ns(a), _ns(b)) for a, b in spans]
+    counts = ", ".join(f"countIf(start_time >= fromUnixTimestamp64Nano({{lo{i}:Int64}})"
+                       f" AND start_time < fromUnixTimestamp64Nano({{hi{i}:Int64}})) AS n{i}" for i in range(len(bounds)))
+    params = {"project_id": project_id, "lo": min(lo for lo, _ in bounds), "hi": max(hi for _, hi in bounds),
+              "service": service, "model": model}
+    for i, (lo, hi) in enumerate(bounds):
+        params[f"lo{i}"], params[f"hi{i}"] = lo, hi
+    r = get_store().query(_RATES_SQL.format(counts=counts), params, tag="dashboard.rollups.request_rates").dicts()[0]
+    return [Rate(requests=int(r[f"n{i}"]), seconds=(b - a).total_seconds()) for i, (a, b) in enumerate(spans)]
+
+
 def _check(histograms) -> None:
     unknown = set(histograms) - set(HISTOGRAMS)
     if unknown:

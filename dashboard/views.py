@@ -217,14 +217,15 @@ def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> d
     r = panel_selectors.reads_concurrently(
         now=lambda: rollups.window_stats(**args),
         before=lambda: rollups.window_stats(**{**args, "start": previous.start, "end": previous.end}),
-        current=lambda: rollups.window_stats(**{**args, "start": current.start, "end": current.end}, histograms=()),
-        current_before=lambda: rollups.window_stats(**{**args, "start": current_before.start,
-                                                       "end": current_before.end}, histograms=()),
+        rates=lambda: rollups.request_rates(project_id=project_id, spans=[(current.start, current.end),
+                                                                          (current_before.start, current_before.end)],
+                                            **filters),
         series=lambda: rollups.window_series(**args),
         heatmap=lambda: rollups.latency_heatmap(**args),
         facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end))
-    return {"stats": r["now"], "previous": r["before"], "series": r["series"], "current": r["current"],
-            "kpis": panels.overview_kpis(r["now"], r["before"], r["current"], r["current_before"]),
+    current_rate, before_rate = r["rates"]
+    return {"stats": r["now"], "previous": r["before"], "series": r["series"], "current": current_rate,
+            "kpis": panels.overview_kpis(r["now"], r["before"], current_rate, before_rate),
             "figures": panels.overview_figures(r["series"], r["heatmap"], filters=filters), "facets": r["facets"]}
 
 
