@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
 import logging
-from datetime import timedelta
+from datetime import timedelta, timezone
 from functools import wraps
 
 from django.apps import apps
@@ -106,6 +107,11 @@ def resources_latest(request):
                          presets=PRESETS, gpu_memory_threshold=GPU_MEMORY_THRESHOLD, cpu_threshold=CPU_THRESHOLD)
 
 
+def _utc_text(value) -> str:
+    """A time as the pages write it: UTC wall clock, "2026-01-01 12:00:00" (a naive time is UTC)."""
+    return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
 @json_login_required
 def resources_series_json(request):
     """GET /resources/series.json?range=…|from=…&to=…&host=… — the series behind /resources/ (and the
@@ -117,7 +123,7 @@ def resources_series_json(request):
     if window.error:
         return _json_error(400, "invalid_window", window.error)
     try:
-        panel = _resources_panel(project.pk, window, request.GET.get("host", "")[:256])
+        panel = _resources_panel(project.pk, window, request.GET.get("host", "")[:256], latest=True)
     except StoreError as exc:
         log.error("resources series failed: %s", exc)
         return _json_error(503, "store_unavailable", STORE_DOWN)
@@ -132,6 +138,9 @@ def resources_series_json(request):
                        "gpu_memory_bytes": p.memory_bytes} for p in series.processes],
         "load": {"rps": load.rps, "p95_e2e_ms": load.p95_e2e_ms},
         "figures": panel["figures"],
+        # The page's latest-figures table, redrawn with the charts (everything on a live page updates together).
+        "has_gpu": bool(series.gpus),
+        "latest": [{**dataclasses.asdict(r), "last_seen": _utc_text(r.last_seen)} for r in panel["latest"]],
     })
 
 

@@ -200,7 +200,9 @@ def test_resources_charts_show_samples_and_redraw_live(page, asgi_server, make_u
     expect(page).to_have_url(re.compile(r"host=gpu-node-2"))
     cpu = {t["name"]: non_null(t["y"]) for t in chart_data(page, "fig-host-cpu")}
     assert cpu == {"gpu-node-2": [12.0]}
-    assert chart_data(page, "fig-gpu-mem") == []
+    # A host without a GPU: one card with the agent command instead of empty GPU charts.
+    expect(page.locator("#no-gpu")).to_contain_text("No GPU of gpu-node-2 has reported")
+    assert page.locator("#chart-fig-gpu-mem").count() == 0
     only_local(page, asgi_server)
     assert page.errors == []
 

@@ -102,3 +102,44 @@ def test_waterfall_ruler_never_covers_the_top_row_after_scrolling(browser, asgi_
             assert boxes["firstTop"] >= boxes["rulerBottom"] - 0.5, (delta, boxes)
     finally:
         context.close()
+
+
+def test_resources_latest_table_redraws_live_with_the_charts(browser, asgi_server, make_user,  # noqa: F811
+                                                             project_with_key):
+    import json
+    import urllib.request
+
+    from tests.test_browser import TRACK_SOCKETS
+
+    user = make_user(password=PASSWORD)
+    project, key = project_with_key(members=[user])
+
+    def post_samples(samples):
+        request = urllib.request.Request(
+            f"{asgi_server.url}/api/v1/resources", data=json.dumps({"samples": samples}).encode(), method="POST",
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read())["accepted"] == len(samples)
+
+    post_samples([{"time": time.time_ns() - 30 * S, "host": "gpu-a", "gpu_index": 0, "gpu_utilization": 40.0,
+                   "gpu_memory_used": 40 * 2**30, "gpu_memory_total": 80 * 2**30}])
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    context.add_init_script(TRACK_SOCKETS)
+    page = context.new_page()
+    try:
+        log_in(page, asgi_server, user.username, "/resources/?range=15m")
+        util = page.locator('#latest-table tr[data-host="gpu-a"][data-gpu="0"] td:nth-child(6)')
+        expect(util).to_have_text("40.0")
+        page.evaluate("() => { window.__sameDocument = true; }")
+        page.wait_for_function("() => window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
+        post_samples([{"time": time.time_ns(), "host": "gpu-a", "gpu_index": 0, "gpu_utilization": 91.0,
+                       "gpu_memory_used": 72 * 2**30, "gpu_memory_total": 80 * 2**30}])
+        expect(util).to_have_text("91.0")  # the table, not only the chart
+        mem = page.locator('#latest-table tr[data-host="gpu-a"][data-gpu="0"] td:nth-child(7)')
+        expect(mem).to_have_text("90.0")
+        expect(mem).to_have_class(re.compile(r"\bover\b"))  # at or over 85 %: flagged, as the server renders it
+        page.wait_for_function("""() => Array.from(document.getElementById('chart-fig-gpu-util').data[0].y).includes(91)""")
+        assert page.evaluate("() => window.__sameDocument === true")  # redrawn in place, no reload
+    finally:
+        context.close()
