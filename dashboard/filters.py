@@ -100,10 +100,11 @@ def _field_error(message: str) -> tuple[str, str]:
     return name, rest
 
 
-def filter_bar_from_query(query, *, default_range: str = "24h", now: datetime | None = None) -> FilterBar:
+def filter_bar_from_query(query, *, default_range: str = "24h", now: datetime | None = None, fit=None) -> FilterBar:
     """The filter bar of a request's query string (a QueryDict or a mapping). Never raises: a bad
-    value falls back to its default and adds a message to ``errors``."""
-    window = window_from_query(query, default=default_range, now=now)
+    value falls back to its default and adds a message to ``errors``. ``fit``: see
+    ``timewindow.window_from_query`` (the default range fitted to the project's data)."""
+    window = window_from_query(query, default=default_range, now=now, fit=fit)
     errors = [window.error] if window.error else []
     params = {key: query.get(key) for key in query.keys() if query.get(key) not in (None, "")}
     if window.error:  # the URL should not keep the value that was refused

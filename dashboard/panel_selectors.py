@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Callable
 
 from store import get_store
@@ -300,3 +300,17 @@ def reads_concurrently(**reads: Callable[[], object]) -> dict[str, object]:
     futures = {name: _pool.submit(read) for name, read in reads.items()}
     wait(futures.values())
     return {name: future.result() for name, future in futures.items()}
+
+
+def first_request_since(*, project_id: int, since: datetime) -> datetime | None:
+    """The start of the first minute with requests at or after ``since`` (the minute rollup), or
+    None: what a page's default range is fitted to (``dashboard.timewindow.fit_preset``)."""
+    r = get_store().query(
+        "SELECT min(bucket) AS first, count() AS n FROM rollup_minute"
+        " WHERE project_id = {project_id:UInt64} AND requests > 0 AND bucket >= toDateTime({since_s:UInt32}, 'UTC')",
+        {"project_id": project_id, "since_s": int(since.timestamp()) // 60 * 60},
+        tag="dashboard.panel_selectors.first_request_since").dicts()[0]
+    if not r["n"]:
+        return None
+    first = r["first"]
+    return first if first.tzinfo else first.replace(tzinfo=timezone.utc)

@@ -204,9 +204,23 @@ def healthz(request):
 
 
 # --- overview, costs, compare -------------------------------------------------------------------
+def _fit_to_requests(request):
+    """``fit`` of the filter bar: when the current project's requests start (None: keep the default)."""
+    def fit(since):
+        project = current_project(request)
+        if project is None:
+            return None
+        try:
+            return panel_selectors.first_request_since(project_id=project.pk, since=since)
+        except StoreError:
+            return None  # the page itself reports the store being down
+    return fit
+
+
 def _panel_filters(request) -> tuple[FilterBar, dict[str, str]]:
-    """The shared filter bar (range, service, model) of the request, and its service/model filters."""
-    bar = filter_bar_from_query(request.GET, default_range="24h")
+    """The shared filter bar (range, service, model) of the request, and its service/model filters.
+    Without a range in the URL the range is the smallest preset covering the project's data."""
+    bar = filter_bar_from_query(request.GET, default_range="24h", fit=_fit_to_requests(request))
     return bar, {"service": bar.service, "model": bar.model}
 
 
