@@ -222,7 +222,7 @@ def test_costs_spend_per_model_and_price_editor(page, asgi_server, make_user, pr
     log_in(page, asgi_server, "carl", "/costs/?range=1h")
     spend = {t["name"]: sum(non_null(t["y"])) for t in chart_data(page, "fig-spend")}
     assert spend == {"gpt-4o-mini": pytest.approx(4 * 0.00042)}
-    expect(page.locator('[data-kpi="cost_per_request"] .value')).to_contain_text("0.000420")
+    expect(page.locator('[data-kpi="cost_per_request"] .value')).to_have_text("$0.00042")  # one money format
 
     # The price editor: an invalid price is refused with the field named; a valid one is saved.
     page.fill('#price-form input[name="model"]', "llama-3-70b")

@@ -15,11 +15,15 @@
       .then((r) => (r.ok ? r.json() : null))
       .then((body) => {
         if (!body) return;
+        // The page showed "no requests" (a card, no charts): the first requests bring the charts.
+        if (document.getElementById("no-requests") && body.stats && body.stats.requests > 0) { location.reload(); return; }
         window.tracedashCharts.drawFigures(body.figures);
         body.kpis.forEach((k) => {
           const tile = document.querySelector(`[data-kpi="${CSS.escape(k.key)}"]`);
           if (!tile) return;
-          text(tile.querySelector(".value .num"), k.value === null ? "–" : k.value.toFixed(k.digits));
+          // money through the one formatter the server's templates share (static/tracedash/format.js)
+          text(tile.querySelector(".value .num"), k.value === null ? "–"
+            : k.unit === "USD" ? window.tracedashFormat.money(k.value) : k.value.toFixed(k.digits));
           const delta = tile.querySelector(".delta");
           if (delta) {
             delta.className = `delta ${k.verdict}`;
