@@ -61,7 +61,7 @@
     if (row.ttft_ms === null) ttft.appendChild(dash());
     tr.appendChild(ttft);
     tr.appendChild(td(`${row.input_tokens} / ${row.output_tokens}`, "num"));
-    const cost = td(row.cost_usd === null ? "" : `$${row.cost_usd.toFixed(5)}`, "num");
+    const cost = td(row.cost_usd === null ? "" : window.tracedashFormat.money(row.cost_usd), "num");  // format.js: as the server writes it
     if (row.cost_usd === null) cost.appendChild(dash());
     else if (row.cost_estimated) {
       cost.appendChild(document.createTextNode(" "));
