@@ -86,7 +86,7 @@ def test_waterfall_ruler_never_covers_the_top_row_after_scrolling(browser, asgi_
     page = context.new_page()
     try:
         log_in(page, asgi_server, user.username, f"/traces/{tid}/")
-        page.wait_for_function("() => document.getElementById('waterfall').dataset.ready === '1'")
+        page.wait_for_function("() => { const w = document.getElementById('waterfall'); return !!w && w.dataset.ready === '1'; }")
         page.locator("#wf-list").hover()
         for delta in (100, 137, 61):  # wheel steps that end between two rows
             page.mouse.wheel(0, delta)
