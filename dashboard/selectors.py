@@ -70,6 +70,20 @@ def resources_latest(*, project_id: int, since_seconds: int = 3600) -> list[Reso
     ]
 
 
+def first_sample_since(*, project_id: int, since: datetime) -> datetime | None:
+    """When the project's first resource sample at or after ``since`` was taken, or None: what the
+    Resources page's default range is fitted to (``dashboard.timewindow.fit_preset``)."""
+    r = get_store().query(
+        "SELECT min(time) AS first, count() AS n FROM resource_samples WHERE project_id = {project_id:UInt64}"
+        " AND time >= fromUnixTimestamp64Milli({since_ms:Int64})",
+        {"project_id": project_id, "since_ms": int(since.timestamp() * 1000)},
+        tag="dashboard.selectors.first_sample_since").dicts()[0]
+    if not r["n"]:
+        return None
+    first = r["first"]
+    return first if first.tzinfo else first.replace(tzinfo=timezone.utc)
+
+
 # --- Resources over time ------------------------------------------------------------------------
 # Chart-friendly bucket widths: a range is cut into at most ``points`` buckets of the smallest of
 # these that fits, so a 15-minute view keeps 10-second detail and 30 days stay a few hundred points.

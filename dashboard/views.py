@@ -94,10 +94,23 @@ def _resources_panel(project_id: int, window: TimeWindow, host: str, *, latest: 
     return {**r, "figures": panels.resources_figures(r["series"], r["load"], alerts=_firing_alerts(project_id))}
 
 
+def _fit_to_samples(request):
+    """``fit`` of the resources window: when the current project's samples start (None: the default)."""
+    def fit(since):
+        project = current_project(request)
+        if project is None:
+            return None
+        try:
+            return selectors.first_sample_since(project_id=project.pk, since=since)
+        except StoreError:
+            return None  # the page itself reports the store being down
+    return fit
+
+
 @login_required
 def resources_latest(request):
     """Latest host and GPU figures, and each of them over time beside request rate and P95."""
-    window = window_from_query(request.GET)
+    window = window_from_query(request.GET, fit=_fit_to_samples(request))
     host = request.GET.get("host", "")[:256]
 
     def select(project_id):
@@ -119,7 +132,7 @@ def resources_series_json(request):
     project = current_project(request)
     if project is None:
         return _json_error(404, "no_project", "you are not a member of any project")
-    window = window_from_query(request.GET)
+    window = window_from_query(request.GET, fit=_fit_to_samples(request))
     if window.error:
         return _json_error(400, "invalid_window", window.error)
     try:

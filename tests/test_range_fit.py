@@ -71,3 +71,22 @@ def test_a_project_without_data_keeps_24_hours(client, make_user, project_with_k
     client.force_login(user)
     html = client.get("/").content.decode()
     assert 'aria-current="true" data-preset="24h"' in html and 'id="range-fitted"' not in html
+
+
+@pytest.mark.clickhouse
+@pytest.mark.django_db
+def test_resources_fit_their_default_range_to_the_samples(client, make_user, project_with_key):
+    from store import get_store
+    from tests.test_resources_page import sample
+
+    user = make_user()
+    project, _ = project_with_key(members=[user])
+    get_store().insert("resource_samples", [sample(project.pk, "box", t=time.time_ns() - 8 * 60 * S, cpu_percent=5.0)],
+                       tag="tests.range_fit")
+    client.force_login(user)
+    html = client.get("/resources/").content.decode()
+    assert '<option value="15m" selected>' in html and 'id="range-fitted"' in html
+    body = client.get("/resources/series.json").json()
+    assert datetime.fromisoformat(body["end"]) - datetime.fromisoformat(body["start"]) == timedelta(minutes=15)
+    html = client.get("/resources/?range=1h").content.decode()
+    assert '<option value="1h" selected>' in html and 'id="range-fitted"' not in html
