@@ -62,3 +62,14 @@ def test_series_json_carries_the_latest_table(client, make_user, project_with_ke
     client.force_login(bob)
     other = client.get("/resources/series.json?range=15m").json()
     assert other["latest"] == [] and other["has_gpu"] is False
+
+
+def test_no_samples_at_all_draws_no_device_chart(client, make_user, project_with_key):
+    alice = make_user()
+    project_with_key(members=[alice])
+    client.force_login(alice)
+    html = client.get("/resources/?range=15m").content.decode()
+    assert 'id="no-gpu"' in html and 'id="no-samples"' in html
+    for chart in GPU_CHARTS + ("fig-host-cpu", "fig-host-mem"):
+        assert f'data-figure="{chart}"' not in html
+    assert 'data-figure="fig-rps"' in html  # the request rate still has its own data

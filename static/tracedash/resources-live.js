@@ -2,7 +2,7 @@
 // place: the charts and the latest-figures table together, from one JSON answer, so the table never
 // says 40 % while the chart beside it says 91 %. Only a window that ends "now" (a preset:
 // data-live="1") moves; an absolute window stays. When the first GPU reports to a page that showed
-// "no GPU has reported" (or the last one leaves), the page reloads: its set of charts changes.
+// "no GPU has reported" (or the last one leaves), or the first host, the page reloads: its set of charts changes.
 // The script tag carries data-url (the series JSON), data-project (the project id), data-live and
 // data-has-gpu.
 (function () {
@@ -12,7 +12,7 @@
   const proto = location.protocol === "https:" ? "wss" : "ws";
   const seriesUrl = me.dataset.url + location.search;
   const projectId = encodeURIComponent(me.dataset.project);
-  const hadGpu = me.dataset.hasGpu === "1";
+  const hadGpu = me.dataset.hasGpu === "1", hadHosts = me.dataset.hasHosts === "1";
   let pending = null, busy = false;
 
   function figure(value, digits) { return value === null || value === undefined ? "–" : Number(value).toFixed(digits); }
@@ -54,7 +54,8 @@
       .then((r) => (r.ok ? r.json() : null))
       .then((body) => {
         if (!body) return;
-        if (typeof body.has_gpu === "boolean" && body.has_gpu !== hadGpu) { location.reload(); return; }
+        const hasHosts = Array.isArray(body.devices) && body.devices.some((d) => d.gpu_index < 0);
+        if ((typeof body.has_gpu === "boolean" && body.has_gpu !== hadGpu) || hasHosts !== hadHosts) { location.reload(); return; }
         window.tracedashCharts.drawFigures(body.figures);
         drawLatest(body.latest);
         document.body.dataset.resourcesRefreshed = String(Number(document.body.dataset.resourcesRefreshed || 0) + 1);
