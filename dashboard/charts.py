@@ -108,7 +108,11 @@ def style_figure(fig: dict) -> dict:
     for trace in fig.get("data", []):
         if trace.get("type") == "heatmap":
             trace["colorscale"] = HEATMAP_COLORSCALE
+            # From 0 (plotly wants zmin and zmax together): one request is pale, never the scale's floor colour
+            # for the smallest count on the chart, and the densest cell is the darkest.
+            counts = [v for row in trace.get("z") or [] for v in (row or []) if v is not None]
             trace.setdefault("zmin", 0)
+            trace.setdefault("zmax", max(counts) if counts else 1)
             trace["hovertemplate"] = "%{x}<br>%{y}: %{z:,} requests<extra></extra>"
             continue
         unit = unit_of(_title(layout.get(_axis_key(trace), {})))

@@ -35,6 +35,7 @@ def test_heatmap_colourscale_makes_the_highest_counts_the_darkest_and_most_satur
     assert lum[0] < 0.95  # a cell with one request is still visible on the white page
     fig = style_figure({"data": [{"type": "heatmap", "z": [[1, 9]], "colorscale": "Blues"}], "layout": {}})
     assert fig["data"][0]["colorscale"] == HEATMAP_COLORSCALE and fig["data"][0]["zmin"] == 0
+    assert fig["data"][0]["zmax"] == 9  # the densest cell sits at the scale's dark end
     assert "requests" in fig["data"][0]["hovertemplate"]
 
 
