@@ -60,10 +60,16 @@ class Server:
     def output(self) -> str:
         return self.log.read_text()
 
-    def interrupt(self) -> int:
+    def interrupt(self, timeout: float = 180) -> int:
+        """Ctrl-C; the exit code. The orderly stop (demo flush, writer drain, a running beat task,
+        closing ClickHouse) is bounded but slow on a loaded machine: a generous ceiling."""
         self.proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         try:
-            return self.proc.wait(timeout=30)
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+            raise AssertionError(f"serve did not stop within {timeout:.0f} s of Ctrl-C:\n{self.output()[-5000:]}")
         finally:
             self.handle.close()
 

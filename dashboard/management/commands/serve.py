@@ -23,6 +23,7 @@ are bounded); another one ends the process at once.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -51,6 +52,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-migrate", action="store_true", help="skip applying migrations")
 
     def handle(self, *args, host, port, workers, no_migrate, **options):
+        if not faulthandler.is_enabled():
+            faulthandler.enable()  # a crash in native code prints every Python thread's stack
         embedded = settings.ENV.embedded_store
         if workers < 1:
             raise CommandError("--workers must be at least 1")
