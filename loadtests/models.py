@@ -42,13 +42,16 @@ class LoadTestKey(models.Model):
     """The project's one ingest key for load tests (an ordinary ``projects.ApiKey`` named "load
     tests", listed and revocable on Settings), created once and reused by every run.
 
-    Unlike other keys its plaintext is kept here: the server itself sends the traces of the runs it
-    starts, so it must be able to present the key again. It can only add traces to its own project;
-    revoking it on Settings stops that at once, and the next run creates a fresh one."""
+    No secret is stored: like every key, the ApiKey row keeps only the SHA-256 of the key. The
+    server itself sends the traces of the runs it starts, so it must present the key again; its
+    secret part is derived, not kept: HMAC-SHA256 of the server's SECRET_KEY over a label and
+    ``nonce`` (random per key), see ``loadtests.services.load_test_key_ensure``. Without
+    SECRET_KEY the row is useless. A revoked key, or one that no longer matches its hash (SECRET_KEY
+    changed), is replaced by a fresh one at the next run."""
 
     project = models.OneToOneField("projects.Project", on_delete=models.CASCADE, related_name="load_test_key")
     api_key = models.OneToOneField("projects.ApiKey", on_delete=models.CASCADE, related_name="+")
-    secret = models.CharField(max_length=200)
+    nonce = models.CharField(max_length=64)
 
     def __str__(self) -> str:
         return f"load test key of {self.project_id}"

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import logging
+import secrets
 import threading
 from datetime import timedelta
 
@@ -13,7 +18,13 @@ from projects.models import Project
 
 from .models import LoadTestKey, LoadTestRun
 
+log = logging.getLogger("tracedash.loadtests")
+
 LOAD_TEST_KEY_NAME = "load tests"
+# The load tests key's secret is HMAC-SHA256(SECRET_KEY, KEY_DERIVATION_LABEL + nonce), the nonce
+# random per key and kept in its LoadTestKey row (load_test_key_ensure).
+KEY_DERIVATION_LABEL = "tracedash-loadtest-key:"
+LOAD_TEST_KEY_NONCE_BYTES = 16
 # A run started from the page writes its progress about once a second; one silent this long had
 # its server stopped under it, and no longer blocks the project's next run.
 HEARTBEAT_STALE = timedelta(minutes=2)
@@ -56,23 +67,44 @@ def load_test_run_progress(*, run_pk: int, progress: dict) -> None:
         progress=progress, heartbeat_at=timezone.now())
 
 
+def _load_test_key_secret(nonce: str) -> str:
+    """The secret part of the load tests key with ``nonce``: HMAC-SHA256 of the server's
+    SECRET_KEY over ``KEY_DERIVATION_LABEL + nonce``, its first ``KEY_SECRET_BYTES`` bytes in
+    URL-safe base64 (the length and alphabet of a random key's secret)."""
+    from projects.services import KEY_SECRET_BYTES
+
+    digest = hmac.new(settings.SECRET_KEY.encode(), (KEY_DERIVATION_LABEL + nonce).encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest[:KEY_SECRET_BYTES]).decode().rstrip("=")
+
+
 @transaction.atomic
 def load_test_key_ensure(*, project: Project) -> str:
     """The plaintext of the project's "load tests" ingest key: created once (with
     ``projects.services.api_key_create``, so it is listed and revocable on Settings like any key)
-    and reused by every run; a revoked or deleted one is replaced by a fresh one."""
-    from projects.services import api_key_create
+    and reused by every run; a revoked or deleted one is replaced by a fresh one.
+
+    Nothing usable is stored: the row keeps a random nonce and the key keeps only its hash, and
+    the plaintext is derived again from SECRET_KEY and the nonce each time. When SECRET_KEY has
+    changed the derived key no longer matches the hash: that key is revoked (whoever holds the old
+    SECRET_KEY could derive it) and a fresh one made."""
+    from projects.services import api_key_create, api_key_revoke, api_key_with_secret
 
     Project.objects.select_for_update().filter(pk=project.pk).first()  # one creator at a time per project
     held = LoadTestKey.objects.select_related("api_key").filter(project=project).first()
     if held is not None and held.api_key.revoked_at is None:
-        return held.secret
-    key, raw = api_key_create(project=project, name=LOAD_TEST_KEY_NAME)
+        raw = api_key_with_secret(key=held.api_key, secret=_load_test_key_secret(held.nonce))
+        if raw is not None:
+            return raw
+        log.warning("the load tests key td_%s_… of project %s no longer matches (SECRET_KEY changed?): "
+                    "revoked, and a fresh one made", held.api_key.prefix, project.pk)
+        api_key_revoke(key=held.api_key)
+    nonce = secrets.token_hex(LOAD_TEST_KEY_NONCE_BYTES)
+    key, raw = api_key_create(project=project, name=LOAD_TEST_KEY_NAME, secret=_load_test_key_secret(nonce))
     if held is None:
-        LoadTestKey.objects.create(project=project, api_key=key, secret=raw)
+        LoadTestKey.objects.create(project=project, api_key=key, nonce=nonce)
     else:
-        held.api_key, held.secret = key, raw
-        held.save(update_fields=["api_key", "secret"])
+        held.api_key, held.nonce = key, nonce
+        held.save(update_fields=["api_key", "nonce"])
     return raw
 
 

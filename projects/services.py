@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 from datetime import timedelta
 
@@ -19,6 +20,7 @@ log = logging.getLogger("tracedash.projects")
 
 KEY_PREFIX_BYTES = 6  # 12 hex characters
 KEY_SECRET_BYTES = 24  # 192 bits of entropy
+_URLSAFE = re.compile(r"[A-Za-z0-9_-]+")
 NAME_MAX_LENGTH = 200
 # "Last used" is written at most once per this interval per key: ingestion runs thousands of
 # requests a second, and a metadata write per request would make the database the bottleneck.
@@ -39,19 +41,39 @@ def _hash_key(raw_key: str) -> str:
     return hashlib.sha256(raw_key.encode()).hexdigest()
 
 
-def api_key_create(*, project: Project, name: str = "default") -> tuple[ApiKey, str]:
+def _format_key(prefix: str, secret: str) -> str:
+    return f"td_{prefix}_{secret}"
+
+
+def api_key_create(*, project: Project, name: str = "default", secret: str | None = None) -> tuple[ApiKey, str]:
     """Create a key; returns the row and the plaintext key, which is never stored.
 
-    The one way keys are made (settings page, admin, ``create_project``, first start). A blank or
-    over-long name is a ``ValidationError`` on ``name``."""
+    The one way keys are made (settings page, admin, ``create_project``, first start, the load
+    tests key). A blank or over-long name is a ``ValidationError`` on ``name``.
+
+    ``secret`` (optional) is the key's secret part, for a caller that can derive it again itself
+    (``loadtests.services``: an HMAC of the server's SECRET_KEY); it must be as strong as a random
+    one (at least ``KEY_SECRET_BYTES`` of URL-safe base64). By default it is random."""
     name = _clean_name(name, field="name", what="key")
+    if secret is None:
+        secret = secrets.token_urlsafe(KEY_SECRET_BYTES)
+    elif len(secret) < len(secrets.token_urlsafe(KEY_SECRET_BYTES)) or not _URLSAFE.fullmatch(secret):
+        raise ValueError("a key's secret is at least 32 URL-safe base64 characters")
     while True:
         prefix = secrets.token_hex(KEY_PREFIX_BYTES)
         if not ApiKey.objects.filter(prefix=prefix).exists():
             break
-    raw = f"td_{prefix}_{secrets.token_urlsafe(KEY_SECRET_BYTES)}"
+    raw = _format_key(prefix, secret)
     key = ApiKey.objects.create(project=project, name=name, prefix=prefix, key_hash=_hash_key(raw))
     return key, raw
+
+
+def api_key_with_secret(*, key: ApiKey, secret: str) -> str | None:
+    """The plaintext of ``key`` given its secret part, or None when that secret is not the key's
+    (its hash differs). For a caller that derives the secret again (see ``api_key_create``);
+    neither checks revocation nor records a use."""
+    raw = _format_key(key.prefix, secret)
+    return raw if hmac.compare_digest(key.key_hash, _hash_key(raw)) else None
 
 
 def api_key_revoke(*, key: ApiKey) -> None:

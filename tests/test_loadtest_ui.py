@@ -4,6 +4,7 @@ progress, and the link to the run's traces."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import timedelta
 
@@ -120,6 +121,79 @@ def test_the_load_tests_key_is_created_once_and_replaced_when_revoked(project_wi
     assert second != first and api_key_authenticate(raw_key=first) is None
     assert api_key_authenticate(raw_key=second).name == LOAD_TEST_KEY_NAME
     assert keys.filter(revoked_at__isnull=True).count() == 1 and LoadTestKey.objects.count() == 1
+    assert ApiKey.objects.get(project=project, name="default").revoked_at is None  # no other key revoked
+
+
+def _every_stored_value():
+    """(table, value) for every value of every row of every table of the metadata database."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for table in connection.introspection.table_names(cursor):
+            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
+            for row in cursor.fetchall():
+                for value in row:
+                    yield table, value
+
+
+@pytest.mark.django_db
+def test_the_load_tests_key_is_stored_nowhere_only_its_hash_and_a_nonce(project_with_key):
+    import re
+
+    project, default_raw = project_with_key()
+    raw = load_test_key_ensure(project=project)
+    # formatted like every other key: td_<12 hex>_<32 URL-safe characters>
+    assert re.fullmatch(r"td_[0-9a-f]{12}_[A-Za-z0-9_-]{32}", raw)
+    assert len(raw) == len(default_raw)
+    secret = raw.split("_", 2)[2]
+    tables = set()
+    for table, value in _every_stored_value():
+        tables.add(table)
+        text = value.decode(errors="replace") if isinstance(value, (bytes, memoryview)) else str(value)
+        assert secret not in text, f"the load tests key's secret is stored in {table}"
+    assert {"loadtests_loadtestkey", "projects_apikey"} <= tables  # both were read
+    row = LoadTestKey.objects.select_related("api_key").get(project=project)
+    assert len(row.nonce) == 32 and row.nonce not in raw
+    assert raw.startswith(f"td_{row.api_key.prefix}_")
+    assert row.api_key.key_hash == hashlib.sha256(raw.encode()).hexdigest()
+
+
+@pytest.mark.clickhouse
+@pytest.mark.django_db
+def test_the_derived_load_tests_key_authenticates_ingestion(client, project_with_key):
+    from tests.spans import llm_trace
+
+    project, _ = project_with_key()
+    raw = load_test_key_ensure(project=project)
+    spans = llm_trace()
+    answer = client.post("/api/v1/traces", data=json.dumps({"spans": spans}), content_type="application/json",
+                         HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert answer.status_code == 200 and answer.json() == {"accepted": len(spans), "rejected": []}
+    assert ApiKey.objects.get(project=project, name=LOAD_TEST_KEY_NAME).last_used_at is not None
+
+
+@pytest.mark.django_db
+def test_a_changed_secret_key_leads_to_a_fresh_load_tests_key(project_with_key, caplog):
+    from django.test import override_settings
+
+    from projects.services import api_key_authenticate
+
+    project, default_raw = project_with_key()
+    first = load_test_key_ensure(project=project)
+    first_nonce = LoadTestKey.objects.get(project=project).nonce
+    with override_settings(SECRET_KEY="another-secret-key-" + "x" * 40):
+        second = load_test_key_ensure(project=project)
+        assert load_test_key_ensure(project=project) == second  # stable under the new SECRET_KEY
+    assert second != first
+    assert api_key_authenticate(raw_key=first) is None  # the old one (derivable from the old SECRET_KEY) is revoked
+    assert api_key_authenticate(raw_key=second).name == LOAD_TEST_KEY_NAME
+    assert api_key_authenticate(raw_key=default_raw).name == "default"  # nothing else revoked
+    row = LoadTestKey.objects.get(project=project)
+    assert row.nonce != first_nonce and row.api_key.prefix == second.split("_")[1]
+    assert LoadTestKey.objects.count() == 1
+    keys = ApiKey.objects.filter(project=project, name=LOAD_TEST_KEY_NAME)
+    assert keys.count() == 2 and keys.filter(revoked_at__isnull=True).get().prefix == row.api_key.prefix
+    assert "no longer matches" in caplog.text
 
 
 def test_plan_options_split_the_duration():

@@ -52,6 +52,22 @@ def test_key_names_are_checked_and_only_the_hash_is_kept(project_with_key):
     assert ApiKey.objects.filter(project=project).count() == 2
 
 
+def test_a_caller_provided_secret_is_formatted_and_hashed_like_any_key(project_with_key):
+    from projects.services import api_key_with_secret
+
+    project, _ = project_with_key()
+    secret = "A" * 31 + "-"
+    key, raw = api_key_create(project=project, name="derived", secret=secret)
+    assert raw == f"td_{key.prefix}_{secret}" and key.key_hash == hashlib.sha256(raw.encode()).hexdigest()
+    assert api_key_authenticate(raw_key=raw) == key
+    assert api_key_with_secret(key=key, secret=secret) == raw
+    assert api_key_with_secret(key=key, secret="B" * 32) is None
+    for weak in ("short", "A" * 31, "A" * 31 + "/", "A" * 40 + " "):
+        with pytest.raises(ValueError, match="URL-safe"):
+            api_key_create(project=project, name="weak", secret=weak)
+    assert not ApiKey.objects.filter(name="weak").exists()
+
+
 def test_last_used_is_written_at_most_once_a_minute_per_key(project_with_key):
     project, raw = project_with_key()
     _, other_raw = api_key_create(project=project, name="other")

@@ -26,7 +26,7 @@ class Migration(migrations.Migration):
             name='LoadTestKey',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('secret', models.CharField(max_length=200)),
+                ('nonce', models.CharField(max_length=64)),
                 ('api_key', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='projects.apikey')),
                 ('project', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='load_test_key', to='projects.project')),
             ],
