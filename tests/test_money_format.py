@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.template import Context, Template
 
-from dashboard.templatetags.panel_tags import money_text
+from dashboard.templatetags.panel_tags import money_signed_text, money_text
 
 FORMAT_JS = Path(__file__).resolve().parent.parent / "static" / "tracedash" / "format.js"
 
@@ -37,11 +37,29 @@ CASES = [
     (None, "–"),
 ]
 
+# A difference (the trace comparison's B − A): the same text with a sign on any non-zero amount.
+SIGNED_CASES = [
+    (0.0012, "+$0.0012"),
+    (-0.0012, "-$0.0012"),
+    (1234.56, "+$1,234.56"),
+    (-1234.56, "-$1,234.56"),
+    (0, "$0.00"),
+    (1e-12, "$0.00"),           # rounds to zero: no sign
+    (-1e-12, "$0.00"),
+    (None, "–"),
+]
+
 
 @pytest.mark.parametrize("value, text", CASES)
 def test_money_filter(value, text):
     assert money_text(value) == text
     assert Template("{% load panel_tags %}{{ v|money }}").render(Context({"v": value})) == text
+
+
+@pytest.mark.parametrize("value, text", SIGNED_CASES)
+def test_money_signed_filter(value, text):
+    assert money_signed_text(value) == text
+    assert Template("{% load panel_tags %}{{ v|money_signed }}").render(Context({"v": value})) == text
 
 
 def test_money_filter_takes_decimals_and_strings_and_refuses_junk():
@@ -53,6 +71,11 @@ def test_money_filter_takes_decimals_and_strings_and_refuses_junk():
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs node to run static/tracedash/format.js")
 def test_js_formatter_gives_the_same_text():
     values = [value for value, _ in CASES]
-    script = FORMAT_JS.read_text() + f"\nprocess.stdout.write(JSON.stringify({json.dumps(values)}.map(globalThis.tracedashFormat.money)));"
+    signed = [value for value, _ in SIGNED_CASES]
+    script = FORMAT_JS.read_text() + (
+        "\nconst f = globalThis.tracedashFormat;"
+        f"\nprocess.stdout.write(JSON.stringify([{json.dumps(values)}.map(f.money), {json.dumps(signed)}.map(f.moneySigned)]));")
     out = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60, check=True).stdout
-    assert json.loads(out) == [text for _, text in CASES]
+    plain, with_sign = json.loads(out)
+    assert plain == [text for _, text in CASES]
+    assert with_sign == [text for _, text in SIGNED_CASES]

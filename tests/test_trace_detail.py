@@ -207,6 +207,7 @@ def test_compare_two_traces_and_against_endpoint_p50(client, make_user, project_
     slow = llm_trace(name="chat")
     slow[3]["duration_ms"] = 1800  # inference 900 -> 1800 ms, and the root 1200 -> 2100 ms
     slow[0]["duration_ms"] = 2100
+    slow[3]["cost_usd"] = 0.00054  # $0.00042 -> $0.00054
     a, b = seed(fast, project_id=project.pk), seed(slow, project_id=project.pk)
     for _ in range(3):
         seed(llm_trace(name="chat"), project_id=project.pk)
@@ -229,6 +230,13 @@ def test_compare_two_traces_and_against_endpoint_p50(client, make_user, project_
     assert rows["e2e_ns"]["a"] == 1200 and rows["e2e_ns"]["b"] == 2100 and rows["e2e_ns"]["diff"] == 900
     assert rows["inference_ns"]["diff"] == 900 and rows["inference_ns"]["percent"] == 100.0
     assert rows["network_ns"]["diff"] == 0
+    html = page.content.decode()
+    cost_row = html[html.index('<tr data-figure="cost_usd">'):]
+    cost_row = cost_row[:cost_row.index("</tr>")]
+    assert '<td class="a">$0.00042</td>' in cost_row and '<td class="b">$0.00054</td>' in cost_row  # the one money format
+    assert '>+$0.00012</td>' in cost_row
+    back = client.get(reverse("dashboard:trace-compare"), {"a": b, "b": a}).content.decode()
+    assert '>-$0.00012</td>' in back[back.index('<tr data-figure="cost_usd">'):]
 
     p50 = client.get(reverse("dashboard:trace-compare"), {"a": b, "b": "p50"})
     rows = {r["figure"]: r for r in p50.context["rows"]}
@@ -253,7 +261,8 @@ def test_cost_is_estimated_from_the_price_table_and_marked(client, make_user, pr
     assert detail.summary.cost_estimated
     assert detail.summary.cost_usd == pytest.approx((812 * 1 + 164 * 10) / 1e6)
     html = _client(client, alice).get(reverse("dashboard:trace", args=[tid])).content.decode()
-    assert "$0.002452" in html and ">estimated</span>" in html
+    cost = html[html.index('id="fig-cost"'):]
+    assert cost.startswith('id="fig-cost">$0.0025 <span class="tag"') and ">estimated</span>" in html  # the one money format
 
 
 def test_store_down_is_a_503_page_and_a_json_503(client, make_user, project_with_key, monkeypatch):

@@ -54,7 +54,7 @@ def agent_trace():
         sp("tool", "plan", "tool call", "network", 50, 200),
         sp("search", "tool", "search backend", "network", 60, 150, attributes={"db.statement": "select 1"}),
         sp("llm", "root", "llm.chat", "inference", 300, 600, model="gpt-4o", ttft_ms=120, input_tokens=50,
-           output_tokens=40, attributes={"gen_ai.prompt.0.content": "What is 2+2?",
+           output_tokens=40, cost_usd=0.00042, attributes={"gen_ai.prompt.0.content": "What is 2+2?",
                                          "gen_ai.completion.0.content": "4", "temperature": "0.2"},
            events=[{"name": "first_token", "time": start + 420 * MS}]),
         sp("answer", "root", "answer", "postprocess", 900, 100, status="error", status_message="formatter crashed"),
@@ -72,6 +72,7 @@ def test_waterfall_collapse_select_deep_link_and_zoom(page, asgi_server, make_us
     expect(page.locator("#fig-e2e")).to_have_text("1000.0 ms")
     expect(page.locator("#fig-ttft")).to_have_text("120.0 ms")
     expect(page.locator("#fig-tokens")).to_have_text("50 / 40")
+    expect(page.locator("#fig-cost")).to_have_text("$0.00042")  # the one money format (panel_tags money)
     expect(page.locator("#phase-numbers li[data-phase=inference]")).to_contain_text("600.0 ms")
     expect(page.locator("#phase-numbers li[data-phase=inference]")).to_contain_text("60.0 %")
     # the root succeeded although its "answer" span failed: a recovered request, not an error one
@@ -99,6 +100,7 @@ def test_waterfall_collapse_select_deep_link_and_zoom(page, asgi_server, make_us
     page.click(f'.wf-row[data-span-id="{ids["llm"]}"]')
     detail = page.locator("#wf-detail-body")
     expect(detail.locator(".wf-detail-name")).to_have_text("llm.chat")
+    expect(detail.locator("table.facts")).to_contain_text("$0.00042")  # format.js money, as the page header
     expect(detail.locator(".wf-prompt-text").first).to_have_text("4")  # completion sorts before prompt
     expect(detail.locator(".wf-prompt-text").nth(1)).to_have_text("What is 2+2?")
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=asgi_server.url)
@@ -335,6 +337,7 @@ def test_compare_with_another_trace_and_with_the_endpoint_p50(page, asgi_server,
     project, _ = project_with_key(members=[user])
     fast, slow = llm_trace(name="chat"), llm_trace(name="chat")
     slow[0]["duration_ms"], slow[3]["duration_ms"] = 2100, 1800  # inference 900 → 1800 ms
+    slow[3]["cost_usd"] = 0.00054  # $0.00042 → $0.00054
     a, b = seed(fast, project_id=project.pk), seed(slow, project_id=project.pk)
     seed(llm_trace(name="chat"), project_id=project.pk)
     log_in(page, asgi_server, user.username)
@@ -359,6 +362,8 @@ def test_compare_with_another_trace_and_with_the_endpoint_p50(page, asgi_server,
     expect(table.locator("tr[data-figure=e2e_ns] td.diff")).to_have_text("+900.0 ms")
     expect(table.locator("tr[data-figure=inference_ns] td.pct")).to_have_text("+100.0 %")
     expect(table.locator("tr[data-figure=network_ns] td.diff")).to_have_text("0.0 ms")
+    expect(table.locator("tr[data-figure=cost_usd] td.a")).to_have_text("$0.00042")  # the one money format
+    expect(table.locator("tr[data-figure=cost_usd] td.diff")).to_have_text("+$0.00012")
     page.locator("#col-b a").click()  # back to trace B's page
     page.wait_for_function("() => document.getElementById('waterfall').dataset.ready === '1'")
     expect(page.locator("#trace-id")).to_have_text(b)

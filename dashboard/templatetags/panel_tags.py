@@ -1,4 +1,4 @@
-"""``{{ figure|figure_script:"fig-id" }}`` and ``{{ amount|money }}``.
+"""``{{ figure|figure_script:"fig-id" }}``, ``{{ amount|money }}`` and ``{{ diff|money_signed }}``.
 
 ``figure_script``: Django's ``json_script`` for big figures.
 
@@ -58,7 +58,22 @@ def money_text(value) -> str:
     return f"{sign}${text}"
 
 
+def money_signed_text(value) -> str:
+    """A difference of money: ``money_text`` with a sign always shown on a non-zero amount
+    (``+$0.0012``, ``-$0.0012``); what rounds to zero reads ``$0.00``, unknown ``–``."""
+    text = money_text(value)
+    if text.startswith("$") and float(text[1:].replace(",", "")) != 0:
+        return "+" + text
+    return text
+
+
 @register.filter
 def money(value) -> str:
     """``{{ cost|money }}``: ``$0.0042``, ``$1,234.56`` (see ``money_text``)."""
     return money_text(value)
+
+
+@register.filter
+def money_signed(value) -> str:
+    """``{{ diff|money_signed }}``: ``+$0.0012``, ``-$0.0012`` (see ``money_signed_text``)."""
+    return money_signed_text(value)

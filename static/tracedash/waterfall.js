@@ -421,7 +421,7 @@
     };
     if (s.ttft_ns !== null) facts["TTFT"] = fmtMs(s.ttft_ns);
     if (s.input_tokens || s.output_tokens) facts["tokens in / out"] = s.input_tokens + " / " + s.output_tokens;
-    if (s.cost_usd !== null) facts["cost"] = "$" + Number(s.cost_usd).toFixed(6);
+    if (s.cost_usd !== null) facts["cost"] = window.tracedashFormat.money(s.cost_usd);  // format.js: as the server writes it
     detailBody.append(kvTable(facts, "facts", true));
     if (s.orphan) detailBody.append(el("p", "note", "Orphan: its parent span " + s.parent_span_id + " is not in this trace (not sent, or not arrived yet)."));
     if (s.skew_note) detailBody.append(el("p", "note", "Clock skew: it " + s.skew_note + "."));
