@@ -198,7 +198,8 @@ class Command(BaseCommand):
                               f"`python manage.py changepassword {name}` sets a new one)")
         if created["key"]:
             self.stdout.write(self.style.WARNING(
-                f"tracedash: created project {created['project'].name!r}; its ingest key (shown once): {created['key']}"))
+                f"tracedash: created project {created['project'].name!r}; its ingest key (shown once): {created['key']}\n"
+                "tracedash: (keys, members and projects are managed on Settings, /settings/)"))
 
 
 def _asgi_app():
