@@ -24,6 +24,7 @@ from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
 from .project_scope import current_project
 from .rollups import PROJECTION_DAYS
 from .series_api import projection_label
+from .templatetags.explorer_tags import kpi_traces_link
 from .timewindow import PRESETS, TimeWindow, window_from_query
 
 log = logging.getLogger("tracedash.dashboard")
@@ -283,7 +284,7 @@ def _panel_json(request, build):
         return _json_error(400, "invalid_filters", "; ".join(bar.errors))
     window = bar.window
     try:
-        body = build(project.pk, window, filters)
+        body = build(project.pk, window, filters, bar)
     except StoreError as exc:
         log.error("panel series failed: %s", exc)
         return _json_error(503, "store_unavailable", STORE_DOWN)
@@ -315,21 +316,24 @@ def _series_json(series) -> dict:
 @json_login_required
 def overview_json(request):
     """GET /overview.json?range=…|from=…&to=…&service=…&model=… — the overview's numbers and figures."""
-    def build(project_id, window, filters):
+    def build(project_id, window, filters, bar):
         data = _overview(project_id, window, filters)
         current = data["current"]
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
                 "current": {"label": panels.current_label(current.seconds), "seconds": current.seconds,
                             "requests": current.requests, "rps": current.rps},
-                "kpis": [_kpi_json(k) for k in data["kpis"]],
+                "kpis": [_kpi_json(k, bar) for k in data["kpis"]],
                 "series": _series_json(data["series"]), "figures": data["figures"]}
 
     return _panel_json(request, build)
 
 
-def _kpi_json(k) -> dict:
+def _kpi_json(k, bar: FilterBar) -> dict:
+    """A tile, and ``traces_url``: its link to the explorer, the very link the page renders
+    (``kpi_traces_link``), so a live redraw can update it with the value."""
     return {"key": k.key, "label": k.label, "value": k.value, "previous": k.previous, "unit": k.unit,
-            "digits": k.digits, "change_percent": k.change_percent, "verdict": k.verdict}
+            "digits": k.digits, "change_percent": k.change_percent, "verdict": k.verdict,
+            "traces_url": kpi_traces_link(k.key, k.value, bar.params)}
 
 
 def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
@@ -386,7 +390,7 @@ def costs(request):
 @json_login_required
 def costs_json(request):
     """GET /costs.json?range=…&service=…&model=… — the costs page's numbers and figures."""
-    def build(project_id, window, filters):
+    def build(project_id, window, filters, _bar):
         data = _costs(project_id, window, filters)
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
                 "projected_monthly_usd": data["projected_monthly_usd"],

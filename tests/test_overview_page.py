@@ -9,6 +9,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from dashboard.panel_selectors import window_stats
+from dashboard.panels import _at_least
 from dashboard.timewindow import window_from_query
 from tests.panel_seed import seed_rolled_up
 from tests.spans import llm_trace
@@ -109,6 +110,26 @@ def test_overview_page_shows_kpis_with_change_and_linked_charts(client, seeded):
     hist = body["figures"]["fig-histogram"]
     assert sum(hist["data"][0]["y"]) == 40
     assert hist["data"][0]["y"][hist["data"][0]["x"].index("1500–2000 ms")] == 20  # 1500 … 1690 ms
+
+
+def test_overview_json_carries_each_tiles_link_as_the_page_renders_it(client, seeded):
+    """The live page puts ``traces_url`` of overview.json in each tile's link: it must be the link
+    the page itself renders for the same query (one builder, explorer_tags.kpi_traces_link)."""
+    import html as html_lib
+    import re
+
+    client.force_login(seeded["user"])
+    query = f"range=1h&service=chat-api&project={seeded['project'].pk}"
+    page = client.get(f"/?{query}").content.decode()
+    rendered = {key: html_lib.unescape(href) for key, href in re.findall(
+        r'<div class="kpi" data-kpi="([^"]+)">\s*<div class="label"><a class="kpi-traces" href="([^"]*)"', page)}
+    body = client.get(f"/overview.json?{query}").json()
+    from_json = {k["key"]: k["traces_url"] for k in body["kpis"]}
+    assert rendered and from_json == rendered
+    p99 = parse_qs(urlparse(from_json["e2e_p99"]).query)
+    assert p99["sort"] == ["duration"] and p99["dir"] == ["desc"] and p99["service"] == ["chat-api"]
+    p99_value = next(k["value"] for k in body["kpis"] if k["key"] == "e2e_p99")
+    assert p99["min_ms"] == [_at_least(p99_value)] and p99_value * 0.99 < float(p99["min_ms"][0]) < p99_value
 
 
 def test_overview_filters_change_the_numbers_and_bad_input_is_a_clear_error(client, seeded, make_user):

@@ -10,7 +10,7 @@ import re
 import threading
 import time
 import urllib.request
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
@@ -152,6 +152,33 @@ def test_overview_draws_seeded_numbers_filters_and_links_to_traces(page, asgi_se
     assert "service=search" in page.url
     expect(page.locator("tr[data-trace-id]")).to_have_count(5)
     only_local(page, asgi_server)
+    assert page.errors == []
+
+
+def test_overview_live_redraw_moves_the_tile_links_with_the_values(page, asgi_server, make_user, project_with_key):
+    """After a live redraw the P99 tile's link asks the explorer for the traces at or above the new
+    P99, not the page-load one (overview.json carries each tile's link; overview-live.js sets it)."""
+    user = make_user(password=PASSWORD)
+    project, key = project_with_key(members=[user])
+    now = time.time_ns()
+    post_spans(asgi_server, key, [s for i in range(5) for s in shaped(start_ns=now - (20 - i) * 60 * S, e2e_ms=400, service="chat-api")])
+    summarised(project.pk, 5)
+    log_in(page, asgi_server, user.username, "/?range=1h")
+    expect(page.locator('[data-kpi="requests"] .value')).to_have_text("5")
+    p99_link = page.locator('[data-kpi="e2e_p99"] a.kpi-traces')
+    before = parse_qs(urlparse(p99_link.get_attribute("href")).query)
+    assert float(before["min_ms"][0]) < 400 and before["range"] == ["1h"]
+
+    page.wait_for_function("() => window.__sockets.some((s) => s.readyState === WebSocket.OPEN)")
+    post_spans(asgi_server, key, [s for i in range(3) for s in shaped(start_ns=now - (10 - i) * 60 * S, e2e_ms=3000, service="chat-api")])
+    summarised(project.pk, 8)
+    expect(page.locator('[data-kpi="requests"] .value')).to_have_text("8")
+    # (the same redraw wrote the tile values and the links)
+    after = parse_qs(urlparse(p99_link.get_attribute("href")).query)
+    assert 2900 < float(after["min_ms"][0]) < 3000 and after["sort"] == ["duration"] and after["range"] == ["1h"]
+    p99_link.click()
+    expect(page).to_have_url(re.compile(r"/traces/\?.*min_ms="))
+    expect(page.locator("tr[data-trace-id]")).to_have_count(3)  # the three slow ones, not all eight
     assert page.errors == []
 
 

@@ -1,7 +1,8 @@
 """``{% kpi_traces_url k filters %}``: the explorer URL of the traces behind an overview tile —
 the page's own range and filters, plus what the figure is about (error rate: the error traces;
 a latency percentile: the traces at or above it, slowest first; a TTFT percentile: TTFT at or
-above it; cost: the dearest first)."""
+above it; cost: the dearest first). ``kpi_traces_link`` builds it, for the page and for
+/overview.json alike."""
 
 from __future__ import annotations
 
@@ -32,8 +33,15 @@ def kpi_query(key: str, value) -> dict[str, str]:
     return {}
 
 
+def kpi_traces_link(key: str, value, page_params: dict[str, str]) -> str:
+    """The explorer URL of a tile: the page's scope (``page_params``, the filter bar's parameters)
+    and the tile's own filter. The one builder of these links: the page's tag below and the
+    overview JSON's ``traces_url`` of each tile (which the live page puts in the tile's link)."""
+    params = {k: v for k, v in page_params.items() if k in KEPT and v}
+    params.update(kpi_query(key, value))
+    return "/traces/?" + urlencode(params)
+
+
 @register.simple_tag
 def kpi_traces_url(kpi, filters) -> str:
-    params = {k: v for k, v in filters.params.items() if k in KEPT and v}
-    params.update(kpi_query(kpi.key, kpi.value))
-    return "/traces/?" + urlencode(params)
+    return kpi_traces_link(kpi.key, kpi.value, filters.params)

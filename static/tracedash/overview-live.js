@@ -24,6 +24,10 @@
           // money through the one formatter the server's templates share (static/tracedash/format.js)
           text(tile.querySelector(".value .num"), k.value === null ? "–"
             : k.unit === "USD" ? window.tracedashFormat.money(k.value) : k.value.toFixed(k.digits));
+          // the tile's link to its traces follows the value (P99 → min_ms just under the new P99);
+          // the server builds it (explorer_tags.kpi_traces_link), as for the page
+          const link = tile.querySelector("a.kpi-traces");
+          if (link && typeof k.traces_url === "string" && k.traces_url.startsWith("/traces/?")) link.setAttribute("href", k.traces_url);
           const delta = tile.querySelector(".delta");
           if (delta) {
             delta.className = `delta ${k.verdict}`;
