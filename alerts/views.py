@@ -36,7 +36,10 @@ def _back(project):
 @login_required
 def alerts_page(request):
     project = current_project(request)
-    context = {"overview": selectors.alerts_overview(project_id=project.pk) if project else None,
+    overview = selectors.alerts_overview(project_id=project.pk) if project else None
+    context = {"overview": overview,
+               # the empty page's card names the rules of thumb that watch the project
+               "default_rules_on": [r for r in overview["rules"] if r.is_default and r.enabled] if overview else [],
                "channel_form": ChannelForm(project=project) if project else None,
                "silence_form": SilenceForm(initial={"matchers": request.GET.get("silence", "")}) if project else None}
     return render(request, "alerts/index.html", context)
