@@ -128,6 +128,15 @@ def test_default_paging_rules_all_hold_for_a_while():
         "GPU utilisation < 50 % for 30 min", "Inference share > 60 %"}
 
 
+@pytest.mark.django_db
+def test_inference_share_rule_is_installed_switched_off(project_with_key):
+    # most healthy LLM apps spend over 60 % in inference: on by default it would always be firing
+    project, _ = project_with_key()
+    rules = {r.name: r.enabled for r in AlertRule.objects.filter(project=project)}
+    assert rules.pop("Inference share > 60 %") is False
+    assert rules and all(rules.values())
+
+
 @pytest.mark.clickhouse
 @pytest.mark.django_db(transaction=True)
 def test_seeded_demo_traffic_trips_no_default_rule(asgi_server, project_with_key):
@@ -147,12 +156,12 @@ def test_seeded_demo_traffic_trips_no_default_rule(asgi_server, project_with_key
     alerts_evaluate_round(now=now, deliver="none", project_ids=[project.pk])
     series = list(AlertSeries.objects.filter(project=project).select_related("rule"))
     seen = {s.rule.name: s for s in series}
-    # every default latency rule saw the demo's requests …
-    for name in ("P95 end-to-end > 1500 ms", "Network P95 > 200 ms", "Inference share > 60 %"):
+    # every enabled default latency rule saw the demo's requests (inference share is off by default) …
+    for name in ("P95 end-to-end > 1500 ms", "Network P95 > 200 ms"):
         assert name in seen and seen[name].value is not None, name
-    # … and no paging rule is even pending (breaching); the info rule may be
-    breaching = {(s.rule.name, s.key, s.value) for s in series if s.state in ("pending", "firing")
-                 and s.rule.severity != "info"}
+    assert "Inference share > 60 %" not in seen
+    # … and no default rule is even pending (breaching)
+    breaching = {(s.rule.name, s.key, s.value) for s in series if s.state in ("pending", "firing")}
     assert breaching == set()
     # with room to spare: a demo whose P95 sits near 1500 ms (it used to be ~1450 ms) crosses it in
     # some 5-minute windows and pages; a healthy demo stays far from the line
@@ -249,6 +258,12 @@ def test_the_migration_updates_untouched_old_default_rules_only(project_with_key
     cpu = AlertRule.objects.get(project=project, name=CPU_RULE)
     assert (cpu.window_seconds, cpu.for_seconds) == (60, 300)
     assert AlertRule.objects.get(project=other, name="P95 end-to-end > 1500 ms").for_seconds == 120
+    share = "Inference share > 60 %"
+    AlertRule.objects.filter(name=share).update(enabled=True)  # as installed before
+    AlertRule.objects.filter(project=other, name=share).update(enabled=True, threshold=75)  # edited
+    migration.forwards(apps, None)
+    assert AlertRule.objects.get(project=project, name=share).enabled is False
+    assert AlertRule.objects.get(project=other, name=share).enabled is True
     edited = AlertRule.objects.get(project=other, name=CPU_RULE)  # its owner changed the threshold: left alone
     assert (edited.window_seconds, edited.for_seconds, edited.threshold) == (300, 0, 90)
 
