@@ -149,16 +149,23 @@ def test_a_hanging_server_does_not_delay_sampling(fake):
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)  # connections wait in the backlog: no answer, ever
     agent = cli.Agent(ResourceSampler(host="h", min_cpu_window=0.01),
-                      ResourceSender(f"http://127.0.0.1:{listener.getsockname()[1]}", "k", timeout=1.5),
+                      ResourceSender(f"http://127.0.0.1:{listener.getsockname()[1]}", "k", timeout=6),
                       interval=0.1, status_every=60)
     stop = threading.Event()
     thread = threading.Thread(target=agent.run, args=(stop,))
     try:
         thread.start()
-        wait_until(lambda: agent.samples_taken >= 5, timeout=1.4, message="sampling on while a request hangs")
+        # five samples (0.5 s of sampling) before the first request, hanging, has ended (its 6 s timeout):
+        # had the hang held the loop, no second sample could be taken before a request ended. Keyed on
+        # that order, not on the clock; the ceiling only bounds a very busy machine.
+        def request_ended():
+            stats = agent.sender.stats
+            return stats["sent"] + stats["failed"] + stats["retries"] > 0
+        wait_until(lambda: agent.samples_taken >= 5 or request_ended(), timeout=60, message="five samples or a request")
+        assert agent.samples_taken >= 5 and not request_ended(), "sampling waited for a hanging request"
     finally:
         stop.set()
-        thread.join(timeout=10)
+        thread.join(timeout=40)
         listener.close()
     assert not thread.is_alive()
     assert agent.sender.stats["sent"] == 0 and agent.sender.stats["buffered"] >= 5 * 3

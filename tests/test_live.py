@@ -31,10 +31,10 @@ async def _scenario(project_with_key, make_user):
 
     intruder = WebsocketCommunicator(application, path, headers=await sync_to_async(_session_headers)(mallory))
     assert (await intruder.connect())[0]
-    assert await intruder.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+    assert await intruder.receive_output(timeout=30) == {"type": "websocket.close", "code": 4403}
     anonymous = WebsocketCommunicator(application, path, headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")])
     assert (await anonymous.connect())[0]
-    assert await anonymous.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+    assert await anonymous.receive_output(timeout=30) == {"type": "websocket.close", "code": 4403}
 
     member = WebsocketCommunicator(application, path, headers=await sync_to_async(_session_headers)(alice))
     connected, _ = await member.connect()
@@ -45,7 +45,7 @@ async def _scenario(project_with_key, make_user):
         "/api/v1/traces", data=json.dumps({"spans": spans}), content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {key}")
     assert response.status_code == 200
-    event = await member.receive_json_from(timeout=5)
+    event = await member.receive_json_from(timeout=30)
     assert event == {"type": "traces.ingested", "spans": 5, "trace_ids": [spans[0]["trace_id"]]}
     await member.disconnect()
 
@@ -90,7 +90,7 @@ def test_live_send_from_sync_code_gives_up_on_a_frozen_redis(monkeypatch, caplog
         elapsed = asyncio.run(send_inside_a_loop()) if inside_loop else send()
         assert elapsed < 3, f"group_send held its caller {elapsed:.1f} s on a frozen Redis"
         # (inside a loop the send runs on a helper thread, which logs once its own wait ends)
-        wait_until(lambda: any("live event traces.ingested" in r.getMessage() for r in caplog.records), timeout=5,
+        wait_until(lambda: any("live event traces.ingested" in r.getMessage() for r in caplog.records), timeout=30,
                    message="the failed live event is logged")
     finally:
         redis.send_signal(signal.SIGCONT)
