@@ -388,5 +388,7 @@ def test_openai_async_client(memory):
     assert text == "Hello there" and response.usage.completion_tokens == 5
     spans = by_name(exporter)
     assert spans["chat a"].output_tokens == 5 and spans["chat a"].parent_span_id == root.span_id
-    assert spans["chat b"].output_tokens == 5 and 30 <= spans["chat b"].ttft_ms < 180
+    # from the call's start to the first chunk: at least the client's 30 ms, within the call (no upper
+    # bound in ms: a busy machine may run late, which is not what this checks)
+    assert spans["chat b"].output_tokens == 5 and 30 <= spans["chat b"].ttft_ms <= spans["chat b"].duration_ns / 1e6
     assert spans["chat b"].parent_span_id == root.span_id
