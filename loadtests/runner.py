@@ -93,7 +93,6 @@ def load_test_execute(*, run_pk: int, trace_endpoint: str | None, target_api_key
     from tracedash_sdk import Tracer
     from tracedash_sdk.loadtest import build_load_test
 
-    close_old_connections()
     run = LoadTestRun.objects.select_related("project").get(pk=run_pk)
     options = run.config
     simulator = tracer = None
@@ -138,4 +137,13 @@ def load_test_execute(*, run_pk: int, trace_endpoint: str | None, target_api_key
             tracer.shutdown(timeout=10.0)
         if simulator is not None:
             simulator_stop(simulator)
+
+
+def load_test_execute_in_thread(**kwargs) -> None:
+    """``load_test_execute`` as a thread of its own, which then closes its database connection (a
+    caller that runs the load test in its own thread keeps its connection open)."""
+    close_old_connections()
+    try:
+        load_test_execute(**kwargs)
+    finally:
         connection.close()

@@ -153,9 +153,9 @@ def load_test_start(*, project: Project, options: dict, trace_endpoint: str) -> 
 
 def _dispatch(run_pk: int, trace_endpoint: str, target_api_key: str | None) -> None:
     if settings.CELERY_TASK_ALWAYS_EAGER:  # embedded: no broker, so not a task (it would run right here)
-        from .runner import load_test_execute
+        from .runner import load_test_execute_in_thread
 
-        threading.Thread(target=load_test_execute, name=f"loadtest-{run_pk}", daemon=True,
+        threading.Thread(target=load_test_execute_in_thread, name=f"loadtest-{run_pk}", daemon=True,
                          kwargs={"run_pk": run_pk, "trace_endpoint": trace_endpoint,
                                  "target_api_key": target_api_key}).start()
     else:

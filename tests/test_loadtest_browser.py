@@ -75,7 +75,9 @@ def test_report_page_draws_the_charts_with_the_knee(asgi_server, make_user, proj
     assert outside == []  # plotly.js and everything else from the server itself
 
 
-def test_start_a_load_test_from_the_page_and_follow_it(asgi_server, make_user, project_with_key, monkeypatch):
+def test_start_a_load_test_from_the_page_and_follow_it(asgi_server, make_user, project_with_key, monkeypatch,
+                                                       settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # the embedded path (a thread), also when the run has a broker
     """The form on /loadtests/ starts a run against the built-in simulator in the server's background;
     the run's page follows its progress and shows the report when it ends, with a link to its traces."""
     from loadtests.models import LoadTestRun

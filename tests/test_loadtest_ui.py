@@ -242,7 +242,8 @@ def test_production_runs_are_a_celery_task(project_with_key, settings, monkeypat
 
 @pytest.mark.clickhouse
 @pytest.mark.django_db(transaction=True)
-def test_the_runner_traces_every_request_with_one_reused_key(asgi_server, project_with_key):
+def test_the_runner_traces_every_request_with_one_reused_key(asgi_server, project_with_key, settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # the embedded path (a thread), also when the run has a broker
     project, _ = project_with_key()
     runs = []
     with serve(SimulatorConfig.instant(decode_ms_per_token=1.0)) as sim:
