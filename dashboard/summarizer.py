@@ -1,30 +1,26 @@
 """The summariser: fills the ``traces`` table (one row per trace, every per-trace figure of
-DOMAIN.md) from the raw spans, incrementally.
+DOMAIN.md) from the raw spans, incrementally, computing the figures in ClickHouse.
 
 Each run, per project, finds the traces that received spans since the last run (``ingested_at``
-is stamped by ClickHouse at insert; a minmax index finds them without reading the column), reads
-all spans of those traces (one per span_id, the latest copy), summarises them with
-``trace_math.trace_summarize`` (the project's price table estimating missing costs) and writes
-the rows with a new ``version``. A trace that grows later is summarised again and the newer row
-wins. The run re-reads an overlap before its watermark, because an insert that began before the
-previous run (so its ``ingested_at`` lies before the watermark) may have become visible only
-after it; summarising a trace again is harmless. It marks the minutes whose rollups changed
-(``rollup_dirty``) and tells open pages which traces were summarised (``traces.summarized``).
+is stamped by ClickHouse at insert; a minmax index finds them without reading the column). Of
+those, it keeps the traces whose spans' digest (a hash of every stored copy's span id and
+``ingested_at``) differs from their latest summary's, and writes their summaries with one
+``INSERT … SELECT`` (``analytics.summary_sql``: deduplication, tree, exclusive phase time, TTFT,
+tokens, cost with the project's price table) under a new ``version``: no span leaves ClickHouse.
+A trace that grows later is summarised again and the newer row wins. The run re-reads an overlap
+before its watermark, because an insert that began before the previous run (so its
+``ingested_at`` lies before the watermark) may have become visible only after it; the digest
+makes that re-read cost a three-column read, not a summary. It marks the minutes whose rollups
+changed (``rollup_dirty``) and tells open pages which traces were summarised (``traces.summarized``).
 
-Because of that overlap every trace is read again by the next two runs (at the default 5 s
-interval and 10 s overlap). A trace whose spans (every column of every copy read, with its
-``ingested_at``) and price table are exactly those of the summary this process wrote last, and
-whose newest row in ``traces`` is still that one, is not summarised or written again: the trace
-math, not the read, is most of a run's cost. The memory of what was written is per process and
-bounded; a miss only means the trace is summarised again, as before.
+``trace_row`` computes the same row in Python with ``trace_math`` (the reference the SQL is tested
+against, tests/test_summary_sql.py; seeds and bench/load_spans.py use it to write summaries directly).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -35,7 +31,9 @@ from ingest.services import traces_group
 from store import get_store
 
 from .prices import prices_for_project
-from .trace_math import PHASES, SPAN_FIELDS_SQL, Tree, trace_summarize
+from analytics import summary_sql
+
+from .trace_math import PHASES, Tree, trace_summarize
 
 log = logging.getLogger("tracedash.summarizer")
 
@@ -55,20 +53,20 @@ class SummarizeReport:
 
 def _clock_ns() -> int:
     """ClickHouse's clock (the one that stamps ``ingested_at``), in unix ns."""
-    return int(get_store().query("SELECT toUnixTimestamp64Nano(now64(9)) AS now_ns", tag="dashboard.summarizer.clock").scalar())
+    return int(get_store().query("SELECT toUnixTimestamp64Nano(now64(9)) AS now_ns", tag="analytics.summarizer.clock").scalar())
 
 
 def watermark_get(*, project_id: int, job: str) -> int:
     """Where ``job`` got to for the project (unix ms of the ClickHouse clock; 0: never ran)."""
     return int(get_store().query(
         "SELECT max(value) FROM task_watermarks WHERE project_id = {project_id:UInt64} AND job = {job:String}",
-        {"project_id": project_id, "job": job}, tag="dashboard.summarizer.watermark_get",
+        {"project_id": project_id, "job": job}, tag="analytics.summarizer.watermark_get",
     ).scalar() or 0)
 
 
 def watermark_set(*, project_id: int, job: str, value: int) -> None:
     get_store().insert("task_watermarks", [{"project_id": project_id, "job": job, "value": int(value)}],
-                       tag="dashboard.summarizer.watermark_set")
+                       tag="analytics.summarizer.watermark_set")
 
 
 _TOUCHED_SQL = """
@@ -89,18 +87,6 @@ WHERE project_id = {project_id:UInt64} AND trace_id IN (SELECT arrayJoin(splitBy
 ORDER BY version DESC
 LIMIT 1 BY trace_id
 """
-
-_SPANS_SQL = f"""
-SELECT trace_id, {SPAN_FIELDS_SQL}, toUnixTimestamp64Milli(ingested_at) AS ingested_ms
-FROM spans
-WHERE project_id = {{project_id:UInt64}}
-  AND start_time >= fromUnixTimestamp64Nano({{lo_ns:Int64}})
-  AND start_time <= fromUnixTimestamp64Nano({{hi_ns:Int64}})
-  AND trace_id IN (SELECT arrayJoin(splitByChar(',', {{trace_ids:String}})))
-ORDER BY ingested_at DESC
-LIMIT 1 BY trace_id, span_id
-"""
-
 
 def _distinct(values: Iterable[object]) -> list[str]:
     return sorted({str(v) for v in values if v})
@@ -147,88 +133,64 @@ def trace_row(*, project_id: int, trace_id: str, spans: list[dict], prices, vers
     return row
 
 
-# (project_id, trace_id) -> (fingerprint of the spans and prices summarised, version written)
-_WRITTEN_MAX = 100_000
-_written: OrderedDict[tuple[int, str], tuple[int, int]] = OrderedDict()
-_written_lock = threading.Lock()
-
-
-def _fingerprint(spans: list[dict], prices_key: int) -> int:
-    return hash((prices_key, tuple(sorted(tuple(span.values()) for span in spans))))
-
-
-def _remember(project_id: int, rows: list[dict], fingerprints: dict[str, int]) -> None:
-    with _written_lock:
-        for row in rows:
-            key = (project_id, row["trace_id"])
-            _written[key] = (fingerprints[row["trace_id"]], int(row["version"]))
-            _written.move_to_end(key)
-        while len(_written) > _WRITTEN_MAX:
-            _written.popitem(last=False)
-
-
-def summaries_forget() -> None:
-    """Forget what this process wrote (every trace is summarised again when next touched)."""
-    with _written_lock:
-        _written.clear()
-
-
 def _batches(touched: list[dict], size: int) -> Iterable[list[dict]]:
     for i in range(0, len(touched), size):
         yield touched[i:i + size]
 
 
+# (lists travel as comma-joined text: chdb does not quote Array parameters)
+_TRACE_FILTER = "trace_id IN (SELECT arrayJoin(splitByChar(',', {trace_ids:String})))"
+_SPAN_FILTER = ("start_time >= fromUnixTimestamp64Nano({lo_ns:Int64}) "
+                "AND start_time <= fromUnixTimestamp64Nano({hi_ns:Int64})")
+_CHANGED_SQL = summary_sql.changed_traces_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
+_INSERT_SQL = summary_sql.summary_insert_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
+_WRITTEN_SQL = f"""
+SELECT trace_id, toUnixTimestamp64Nano(start_time) AS start_ns, span_count
+FROM traces
+WHERE project_id = {{project_id:UInt64}} AND version = {{version:UInt64}} AND {_TRACE_FILTER}
+"""
+
+
 def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
                          mark_dirty: bool = True, skip_unchanged: bool = False) -> tuple[list[str], int]:
     """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
-    range of their new spans), write their rows and mark the minutes to roll up again.
-    ``skip_unchanged``: leave out traces whose summary this process already wrote from exactly
-    these spans (the incremental runs' overlap). Returns (trace ids written, spans read)."""
+    range of their new spans) in ClickHouse, write their rows and mark the minutes to roll up
+    again. ``skip_unchanged``: leave out traces whose spans are exactly those their latest summary
+    was computed from (the incremental runs' overlap). Returns (trace ids written, spans summarised)."""
     store = get_store()
     if prices is None:
         prices = prices_for_project(project_id=project_id)
-    prices_key = hash(tuple(sorted(prices.items())))
     version = version or _clock_ns()
+    base = {"project_id": project_id, "version": version, "prices": summary_sql.prices_json(prices)}
     written: list[str] = []
     spans_read = 0
     for batch in _batches(touched, settings.TRACEDASH_SUMMARIZE_BATCH_TRACES):
-        # (lists travel as comma-joined text: chdb does not quote Array parameters)
         ids = [t["trace_id"] for t in batch]
         previous = {r["trace_id"]: r for r in store.query(
-            _PREVIOUS_SQL, {"project_id": project_id, "trace_ids": ",".join(ids)}, tag="dashboard.summarizer.previous").dicts()}
+            _PREVIOUS_SQL, {"project_id": project_id, "trace_ids": ",".join(ids)}, tag="analytics.summarizer.previous").dicts()}
         # Every span of these traces lies within the new spans' range and the range the previous
         # summary saw, so one bounded read finds them all.
         lo = min([int(t["first_ns"]) for t in batch] + [int(p["spans_start_ns"]) for p in previous.values()])
         hi = max([int(t["last_ns"]) for t in batch] + [int(p["spans_end_ns"]) for p in previous.values()])
-        spans_by_trace: dict[str, list[dict]] = defaultdict(list)
-        result = store.query(_SPANS_SQL, {"project_id": project_id, "lo_ns": lo, "hi_ns": hi, "trace_ids": ",".join(ids)},
-                             tag="dashboard.summarizer.spans")
-        for span in result.dicts():
-            spans_by_trace[span["trace_id"]].append(span)
-        spans_read += len(result)
-        rows, dirty, fingerprints = [], set(), {}
-        for trace_id in ids:
-            spans = spans_by_trace.get(trace_id)
-            if not spans:
-                continue  # dropped by TTL between the two reads
-            fingerprint = fingerprints[trace_id] = _fingerprint(spans, prices_key)
-            if skip_unchanged:
-                before = previous.get(trace_id)
-                if before is not None and _written.get((project_id, trace_id)) == (fingerprint, int(before["version"])):
-                    continue  # this exact summary is already the newest row
-            row = trace_row(project_id=project_id, trace_id=trace_id, spans=spans, prices=prices, version=version)
-            rows.append(row)
-            dirty.add(row["start_time"] // MINUTE_NS)
-            before = previous.get(trace_id)
+        params = dict(base, lo_ns=lo, hi_ns=hi, trace_ids=",".join(ids))
+        if skip_unchanged:
+            ids = [r["trace_id"] for r in store.query(_CHANGED_SQL, params, tag="analytics.summarizer.changed").dicts()]
+            if not ids:
+                continue  # every summary is already the latest
+            params["trace_ids"] = ",".join(ids)
+        store.command(_INSERT_SQL, params, tag="analytics.summarizer.write")
+        rows = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
+        dirty = set()
+        for row in rows:
+            dirty.add(int(row["start_ns"]) // MINUTE_NS)
+            before = previous.get(row["trace_id"])
             if before is not None and before["has_root"]:
                 dirty.add(int(before["start_ns"]) // MINUTE_NS)
-        if rows:
-            store.insert("traces", rows, tag="dashboard.summarizer.write")
-            _remember(project_id, rows, fingerprints)
+            spans_read += int(row["span_count"])
         if dirty and mark_dirty:
             store.insert("rollup_dirty", [{"project_id": project_id, "bucket": m * MINUTE_NS} for m in sorted(dirty)],
-                         tag="dashboard.summarizer.mark_dirty")
-        written.extend(r["trace_id"] for r in rows)
+                         tag="analytics.summarizer.mark_dirty")
+        written.extend(sorted(r["trace_id"] for r in rows))
     return written, spans_read
 
 
@@ -250,7 +212,7 @@ def _bounded_until(*, project_id: int, since_ms: int, until_ms: int) -> int:
     ``ingested_at``, so a run takes a whole insert even when it alone is over the limit."""
     bound = get_store().query(_BOUND_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms,
                                             "max_spans": int(settings.TRACEDASH_SUMMARIZE_MAX_SPANS)},
-                              tag="dashboard.summarizer.bound").scalar()
+                              tag="analytics.summarizer.bound").scalar()
     if bound is None:
         return until_ms
     return min(until_ms, max(int(bound), since_ms + 1))
@@ -273,7 +235,7 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
         since_ms = max(0, watermark - overlap_ms)
         until_ms = _bounded_until(project_id=project_id, since_ms=watermark, until_ms=until_ms)
         touched = store.query(_TOUCHED_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
-                              tag="dashboard.summarizer.touched").dicts()
+                              tag="analytics.summarizer.touched").dicts()
         if touched:
             written, spans = traces_summarize_ids(project_id=project_id, touched=touched, skip_unchanged=True)
             report.traces += len(written)
@@ -317,7 +279,7 @@ def traces_rebuild(*, project_id: int, from_ns: int, to_ns: int, chunk_seconds: 
         # length (TRACEDASH_TRACE_MAX_SECONDS) either side are looked at to find its bounds.
         touched = get_store().query(
             _RANGE_SQL, {"project_id": project_id, "lo_ns": cursor, "hi_ns": end, "pad_ns": pad_ns},
-            tag="dashboard.summarizer.rebuild_range").dicts()
+            tag="analytics.summarizer.rebuild_range").dicts()
         if touched:
             written, _ = traces_summarize_ids(project_id=project_id, touched=touched, prices=prices,
                                               mark_dirty=mark_dirty)

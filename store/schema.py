@@ -190,6 +190,9 @@ TRACES = Table(
         Column("error_spans", "UInt32", "T64, ZSTD(1)"),  # spans with status error (migration 0012)
         # Tokens and cost per model of the spans (each call under its own model; '' for none).
         *_MODEL_COLUMNS,
+        # Sum of a hash of every stored copy of every span (id, ingested_at) the summary was computed
+        # from (migration 0013): equal for the trace's spans now means nothing arrived since.
+        Column("spans_digest", "UInt64", "", "0"),  # 0: written by trace_row (seeds), never a digest
     ),
     engine="ReplacingMergeTree(version)",
     order_by="(project_id, trace_id)",

@@ -12,7 +12,9 @@ The view is created before the backfill, so a summary written meanwhile is copie
 
 from store.schema import TRACES, TRACES_BY_START
 
-COLUMNS = ", ".join(f"`{c.name}`" for c in TRACES.columns)
+# The columns ``traces`` had then (later migrations add more and create the view again).
+_NAMES = [c.name for c in TRACES.columns]
+COLUMNS = ", ".join(f"`{name}`" for name in _NAMES[:_NAMES.index("error_spans")])
 
 
 def statements(ctx):

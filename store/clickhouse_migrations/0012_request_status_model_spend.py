@@ -15,7 +15,9 @@ from store.schema import (ROLLUP_6H, ROLLUP_6H_ALL, ROLLUP_DAY, ROLLUP_DAY_ALL, 
 
 TRACE_COLUMNS = ("error_spans", "model_input_tokens", "model_output_tokens", "model_cost_usd")
 ROLLUP_COLUMNS = ("recovered", "error_spans", "model_input_tokens", "model_output_tokens", "model_cost_usd")
-ALL_COLUMNS = ", ".join(f"`{c.name}`" for c in TRACES.columns)
+# The columns ``traces`` has after this migration (0013 adds one and creates the view again).
+_NAMES = [c.name for c in TRACES.columns]
+ALL_COLUMNS = ", ".join(f"`{name}`" for name in _NAMES[:_NAMES.index("spans_digest")])
 
 
 def _add(table, names, ctx) -> str:

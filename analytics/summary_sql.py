@@ -1,0 +1,221 @@
+"""Per-trace summaries computed in ClickHouse: one ``INSERT … SELECT`` turns the spans of a set of
+traces into their ``traces`` rows, every figure of DOMAIN.md "Per trace" included.
+
+``trace_math`` is the reference (tests/test_summary_sql.py requires this SQL to give the same figures on
+random trees); the SQL follows it step by step:
+
+1. **One copy per span.** The spans of the traces are grouped by (trace, span id); the newest copy
+   (``argMax`` by ``ingested_at``) is the span, and a hash of every copy's (span id, ingested_at)
+   adds up to the trace's ``spans_digest``: a trace whose digest equals its latest summary's has
+   received nothing since and is not written again.
+2. **Per-trace aggregates** (root, status, TTFT, tokens, cost with the price table's estimates,
+   per-model maps) are plain ``-If`` aggregates ordered by ``(start, span id)``, as trace_math
+   orders spans.
+3. **Exclusive phase time** works on the trace's spans as arrays, in O(n log n):
+   - *parent links*: span ids and parent ids are sorted together; ``arrayFill`` carries the last
+     span id forward, so a reference finds its parent when the id just before it is the same;
+   - *self time*: each child's interval, clipped to its parent, becomes a +1/-1 pair keyed by the
+     parent next to the parent's own start and end; sorted by (parent, time), a running sum that
+     is zero between two of a parent's boundaries marks the parent's own (uncovered) time;
+   - *one phase per instant*: self segments (clipped to the root) carry the span's priority
+     (inference > network > preprocess > postprocess > other; the root's own time below all
+     other spans'). With ``L(k)`` the time covered by segments of priority >= k, the time whose
+     highest priority is k is ``L(k) - L(k+1)``; a phase gets its two priorities' share.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+PHASES = ("network", "preprocess", "inference", "postprocess", "other")
+_PRIORITY = {"inference": 5, "network": 4, "preprocess": 3, "postprocess": 2, "other": 1}
+_ROOT_BONUS = 5  # every span but the root ranks 5 higher: priorities 1..10
+
+# The columns of ``traces`` this statement writes, in order.
+COLUMNS = (
+    "project_id", "trace_id", "start_time", "e2e_ns", "has_root", "spans_start", "spans_end", "root_name", "service",
+    "model", "services", "models", "phases", "status", "error_message", "ttft_ns", "tpot_ns", "input_tokens",
+    "output_tokens", "cost_usd", "cost_estimated", "span_count", "network_ns", "preprocess_ns", "inference_ns",
+    "postprocess_ns", "other_ns", "version", "error_spans", "model_input_tokens", "model_output_tokens",
+    "model_cost_usd", "spans_digest",
+)
+
+
+def prices_json(prices: Mapping[str, tuple[float, float]] | None) -> str:
+    """The price table as the statement's ``prices`` parameter: {model: [input, output] USD per 1M tokens}."""
+    return json.dumps({str(m): [float(p[0]), float(p[1])] for m, p in (prices or {}).items()})
+
+
+def _covered(k: int) -> str:
+    """Time covered by self segments of priority >= k (``GE``: the sorted +1/-1 events)."""
+    return (f"arraySum(arrayMap((c, l) -> if(c > 0, l, 0), "
+            f"arrayCumSum(arrayMap(e -> if(e.3 >= {k}, toInt64(e.2), 0), GE)), glen))")
+
+
+def _phase_expr(phase: str) -> str:
+    p = _PRIORITY[phase]
+    terms = []
+    for k in (p, p + _ROOT_BONUS):
+        upper = f"L{k + 1}" if k + 1 <= 10 else "0"
+        terms.append(f"(L{k} - {upper})")
+    return "toUInt64(greatest(0, " + " + ".join(terms) + "))"
+
+
+_PRIORITY_SQL = "multiIf(" + ", ".join(f"ph = '{name}', {p}" for name, p in _PRIORITY.items() if name != "other") + ", 1)"
+_KNOWN_PHASES = ", ".join(f"'{name}'" for name in PHASES)
+
+
+# The digest of a trace's stored span copies (``spans_digest``): it changes when a copy is added
+# (a late or re-sent span) or merged away; the price table's hash is added to the trace's sum, so a
+# new price table changes it too.
+DIGEST_SQL = "sum(cityHash64(span_id, ingested_at))"
+_PRICES_HASH = "cityHash64({prices:String})"
+
+
+def _spans_where(trace_filter: str, span_filter: str) -> str:
+    return f"project_id = {{project_id:UInt64}} AND ({trace_filter}) AND ({span_filter})"
+
+
+def changed_traces_sql(*, trace_filter: str, span_filter: str = "1") -> str:
+    """The trace ids (of those ``trace_filter`` selects) whose spans' digest differs from their latest
+    summary's, or that have none: the traces to summarise. Reads three columns of the spans."""
+    return f"""
+SELECT trace_id FROM (
+    SELECT trace_id, {DIGEST_SQL} + {_PRICES_HASH} AS digest FROM spans
+    WHERE {_spans_where(trace_filter, span_filter)}
+    GROUP BY trace_id
+)
+WHERE (trace_id, digest) NOT IN (
+    SELECT trace_id, spans_digest FROM traces
+    WHERE project_id = {{project_id:UInt64}} AND ({trace_filter})
+    ORDER BY version DESC LIMIT 1 BY trace_id
+)
+ORDER BY trace_id
+"""
+
+
+def summary_insert_sql(*, trace_filter: str, span_filter: str = "1") -> str:
+    """``INSERT INTO traces … SELECT``: the summaries of the traces ``trace_filter`` (a condition on
+    ``trace_id``) selects, from their spans that ``span_filter`` selects (a bound on ``start_time``
+    that every span of those traces meets). Parameters: ``project_id``, ``version``, ``prices``
+    (``prices_json``) and whatever the filters name."""
+    levels = ",\n        ".join(f"{_covered(k)} AS L{k}" for k in range(1, 11))
+    phases = ",\n    ".join(f"{_phase_expr(name)} AS {name}_ns" for name in PHASES)
+    return f"""
+INSERT INTO traces ({", ".join(COLUMNS)})
+SELECT
+    {{project_id:UInt64}} AS project_id, trace_id,
+    fromUnixTimestamp64Nano(lo) AS start_time, toUInt64(greatest(0, hi - lo)) AS e2e_ns, toUInt8(has_root) AS has_root,
+    fromUnixTimestamp64Nano(min_st) AS spans_start, fromUnixTimestamp64Nano(max_en) AS spans_end,
+    if(has_root, root_t.4, first_t.1) AS root_name, if(has_root, root_t.5, first_t.2) AS service,
+    if(calls > 0, call_model, any_model) AS model, services, models, phases,
+    multiIf(has_root AND root_t.6 = 'error', 'error', has_root AND error_spans > 0, 'recovered', has_root, 'ok',
+            error_spans > 0, 'error', 'ok') AS status,
+    error_message,
+    if(has_ttft, toUInt64(ttft_t.1), NULL) AS ttft_ns,
+    if(has_ttft AND ttft_t.3 >= 2, greatest(0, ttft_t.2 - ttft_t.1) / (ttft_t.3 - 1), NULL) AS tpot_ns,
+    if(calls_have_tokens, call_in, all_in) AS input_tokens, if(calls_have_tokens, call_out, all_out) AS output_tokens,
+    if(cost_spans > 0, cost_sum, NULL) AS cost_usd, toUInt8(cost_estimated) AS cost_estimated, span_count,
+    {phases},
+    {{version:UInt64}} AS version, error_spans,
+    mapFilter((k, v) -> v != 0, mapFromArrays(if(calls_have_tokens, call_in_by.1, all_in_by.1),
+                                              if(calls_have_tokens, call_in_by.2, all_in_by.2))) AS model_input_tokens,
+    mapFilter((k, v) -> v != 0, mapFromArrays(if(calls_have_tokens, call_out_by.1, all_out_by.1),
+                                              if(calls_have_tokens, call_out_by.2, all_out_by.2))) AS model_output_tokens,
+    mapFilter((k, v) -> v != 0, mapFromArrays(cost_by.1, cost_by.2)) AS model_cost_usd,
+    digest + {_PRICES_HASH} AS spans_digest
+FROM (
+    SELECT *, {levels}
+    FROM (
+    SELECT *,
+        -- each span's own time, clipped to the root: (start, end, priority)
+        arrayFilter(s -> s.2 > s.1 AND s.3 > 0, arrayMap(k -> (greatest(CE[k].2, lo), least(CE[k + 1].2, hi),
+            if(CE[k].1 = CE[k + 1].1 AND cover[k] = 0, pris[CE[k].1], 0)), range(1, toUInt64(length(CE))))) AS own,
+        arraySort(arrayConcat(arrayMap(s -> (s.1, toInt8(1), s.3), own), arrayMap(s -> (s.2, toInt8(-1), s.3), own))) AS GE,
+        arrayMap(i -> if(i < length(GE), GE[i + 1].1 - GE[i].1, 0), arrayEnumerate(GE)) AS glen
+    FROM (
+    SELECT *,
+        arrayCumSum(arrayMap(e -> toInt64(e.3), CE)) AS cover
+    FROM (
+    SELECT *,
+        -- children clipped to their parent, as (parent, start, end); each span's own start and end
+        arraySort(arrayConcat(
+            arrayMap(t -> (t.1, t.2, toInt8(1)), kids), arrayMap(t -> (t.1, t.3, toInt8(-1)), kids),
+            arrayMap(i -> (i, sts[i], toInt8(0)), idxs), arrayMap(i -> (i, ens[i], toInt8(0)), idxs))) AS CE
+    FROM (
+    SELECT *,
+        arrayFilter(t -> t.3 > t.2, arrayMap(l -> (l.2, greatest(sts[l.1], sts[l.2]), least(ens[l.1], ens[l.2])), links)) AS kids
+    FROM (
+    SELECT *,
+        -- parent links: (child index, parent index) for spans whose parent is in the trace
+        arrayFilter(l -> l.2 > 0, arrayMap((e, f) -> (e.3, if(e.2 = 1 AND f.2 = 0 AND f.1 = e.1 AND f.3 != e.3, f.3, 0)),
+                                           E, arrayFill(e -> e.2 = 0, E))) AS links
+    FROM (
+    SELECT *,
+        if(has_root, root_t.1, min_st) AS lo,
+        if(has_root, root_t.2, max_en) AS hi,
+        arrayEnumerate(sp) AS idxs,
+        arrayMap(x -> x.3, sp) AS sts,
+        arrayMap(x -> x.4, sp) AS ens,
+        arrayMap(x -> x.5 + if(has_root AND x.1 = root_id, 0, {_ROOT_BONUS}), sp) AS pris,
+        arraySort(arrayConcat(arrayMap(i -> (sp[i].1, 0, i), idxs), arrayMap(i -> (sp[i].2, 1, i), idxs))) AS E
+    FROM (
+        SELECT trace_id,
+            count() AS span_count,
+            countIf(parent = '') > 0 AS has_root,
+            argMinIf(sid, (-dur, st, sid), parent = '') AS root_id,
+            argMinIf((st, en, dur, name, service, status), (-dur, st, sid), parent = '') AS root_t,
+            argMin((name, service), (st, sid)) AS first_t,
+            min(st) AS min_st, max(en) AS max_en,
+            countIf(status = 'error') AS error_spans,
+            argMinIf(status_message, (st, sid), status = 'error') AS error_message,
+            countIf(ph = 'inference') AS calls,
+            countIf(ph = 'inference' AND (input_tokens > 0 OR output_tokens > 0)) > 0 AS calls_have_tokens,
+            sumIf(toUInt64(input_tokens), ph = 'inference') AS call_in, sum(toUInt64(input_tokens)) AS all_in,
+            sumIf(toUInt64(output_tokens), ph = 'inference') AS call_out, sum(toUInt64(output_tokens)) AS all_out,
+            sumMapIf([toString(model)], [toUInt64(input_tokens)], ph = 'inference') AS call_in_by,
+            sumMap([toString(model)], [toUInt64(input_tokens)]) AS all_in_by,
+            sumMapIf([toString(model)], [toUInt64(output_tokens)], ph = 'inference') AS call_out_by,
+            sumMap([toString(model)], [toUInt64(output_tokens)]) AS all_out_by,
+            argMinIf(model, (st, sid), ph = 'inference') AS call_model,
+            argMinIf(model, (st, sid), model != '') AS any_model,
+            countIf(ph = 'inference' AND ttft IS NOT NULL) > 0 AS has_ttft,
+            argMinIf((toInt64(assumeNotNull(ttft)), dur, toInt64(output_tokens)), (st, sid),
+                     ph = 'inference' AND ttft IS NOT NULL) AS ttft_t,
+            countIf(cost IS NOT NULL) AS cost_spans,
+            sumIf(assumeNotNull(cost), cost IS NOT NULL) AS cost_sum,
+            max(estimated) AS cost_estimated,
+            sumMapIf([toString(model)], [assumeNotNull(cost)], cost IS NOT NULL) AS cost_by,
+            arraySort(groupUniqArrayIf(toString(service), service != '')) AS services,
+            arraySort(groupUniqArrayIf(toString(model), model != '')) AS models,
+            arraySort(groupUniqArrayIf(toString(raw_phase), raw_phase != '')) AS phases,
+            groupArray((sid, parent, st, en, {_PRIORITY_SQL})) AS sp,
+            sum(h) AS digest
+        FROM (
+            SELECT trace_id, toString(span_id) AS sid, v.1 AS parent, v.2 AS name, v.3 AS raw_phase,
+                if(raw_phase IN ({_KNOWN_PHASES}), raw_phase, 'other') AS ph, v.4 AS service, v.5 AS model,
+                toInt64(toUnixTimestamp64Nano(v.6)) AS st, toInt64(v.7) AS dur, st + dur AS en,
+                v.8 AS status, v.9 AS status_message, v.10 AS ttft, v.11 AS input_tokens, v.12 AS output_tokens,
+                JSONExtract({{prices:String}}, 'Map(String, Array(Float64))') AS price_map,
+                mapContains(price_map, toString(model)) AND (input_tokens > 0 OR output_tokens > 0) AS priced,
+                if(v.13 IS NOT NULL, v.13,
+                   if(priced, (input_tokens * price_map[toString(model)][1] + output_tokens * price_map[toString(model)][2]) / 1000000,
+                      NULL)) AS cost,
+                v.13 IS NULL AND priced AS estimated,
+                h
+            FROM (
+                SELECT trace_id, span_id,
+                    argMax((parent_span_id, name, phase, service, model, start_time, duration_ns, status, status_message,
+                            ttft_ns, input_tokens, output_tokens, cost_usd), ingested_at) AS v,
+                    {DIGEST_SQL} AS h
+                FROM spans
+                WHERE {_spans_where(trace_filter, span_filter)}
+                GROUP BY trace_id, span_id
+            )
+        )
+        GROUP BY trace_id
+    ))))))
+)
+)
+"""

@@ -1,0 +1,193 @@
+"""The per-trace summaries computed in ClickHouse equal the Python reference (analytics.trace_math)
+for every figure, on random trees: nesting, overlapping siblings, orphans (parent never arrived),
+clock skew (children outside their parent), missing or several roots, a span that is its own
+parent, cycles, failed and retried calls, spans without phase or with an unknown one, ties in start
+time, re-sent copies of spans, and prices that estimate missing costs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from analytics import summary_sql
+from dashboard.trace_math import PHASES, trace_summarize
+from store import get_store
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+
+PROJECT = 7
+PRICES = {"m1": (0.5, 1.5), "": (2.0, 4.0)}
+BASE_NS = None  # set per run: now - 1 h (rows older than the retention would be dropped)
+
+_span_id = st.integers(min_value=1, max_value=2**64 - 1).map(lambda n: f"{n:016x}")
+
+
+@st.composite
+def a_trace(draw):
+    ids = draw(st.lists(_span_id, min_size=1, max_size=14, unique=True))
+    spans = []
+    for i, span_id in enumerate(ids):
+        kind = draw(st.sampled_from(["root", "child", "child", "child", "child", "orphan", "self"]))
+        if kind == "root" or (kind == "child" and len(ids) == 1):
+            parent = ""
+        elif kind == "child":
+            parent = draw(st.sampled_from(ids))  # any span: nesting, siblings, cycles
+        elif kind == "orphan":
+            parent = draw(_span_id.filter(lambda s: s not in ids))
+        else:
+            parent = span_id
+        status = draw(st.sampled_from(["ok", "ok", "error"]))
+        spans.append({
+            "span_id": span_id,
+            "parent_span_id": parent,
+            "name": draw(st.sampled_from(["chat", "retrieve", "llm.call", "http"])),
+            "phase": draw(st.sampled_from(["network", "preprocess", "inference", "inference", "postprocess", "other", "",
+                                           "queue"])),
+            "service": draw(st.sampled_from(["api", "worker", ""])),
+            "model": draw(st.sampled_from(["m1", "m2", ""])),
+            # microsecond grid: ties and touching intervals happen often
+            "start_ns": draw(st.integers(0, 400)) * 5_000,
+            "duration_ns": draw(st.integers(0, 300)) * 5_000,
+            "status": status,
+            "status_message": draw(st.sampled_from(["", "timeout", "rate limited"])) if status == "error" else "",
+            "ttft_ns": draw(st.one_of(st.none(), st.integers(0, 2_000_000))),
+            "input_tokens": draw(st.sampled_from([0, 0, 1, 17, 812])),
+            "output_tokens": draw(st.sampled_from([0, 1, 2, 164])),
+            "cost_usd": draw(st.one_of(st.none(), st.none(), st.floats(0, 0.05, allow_nan=False))),
+        })
+    resend = draw(st.lists(st.sampled_from(ids), max_size=3))  # copies sent again, unchanged
+    return spans, resend
+
+
+def _row(project_id, trace_id, span, base_ns):
+    return {
+        "project_id": project_id, "trace_id": trace_id, "span_id": span["span_id"],
+        "parent_span_id": span["parent_span_id"], "name": span["name"], "phase": span["phase"],
+        "service": span["service"], "model": span["model"], "start_time": base_ns + span["start_ns"],
+        "duration_ns": span["duration_ns"], "status": span["status"], "status_message": span["status_message"],
+        "ttft_ns": span["ttft_ns"], "input_tokens": span["input_tokens"], "output_tokens": span["output_tokens"],
+        "cost_usd": span["cost_usd"], "attributes": {}, "resource_attributes": {}, "event_times": [],
+        "event_names": [], "event_attributes": [],
+    }
+
+
+def expected(spans, base_ns):
+    """The reference's figures, as the ``traces`` row holds them."""
+    shifted = [dict(s, start_ns=base_ns + s["start_ns"]) for s in spans]
+    summary = trace_summarize(shifted, prices=PRICES)
+    figures = {
+        "start_ns": summary.start_ns, "e2e_ns": max(0, summary.e2e_ns), "has_root": int(summary.has_root),
+        "spans_start_ns": min(s["start_ns"] for s in shifted),
+        "spans_end_ns": max(s["start_ns"] + s["duration_ns"] for s in shifted),
+        "root_name": summary.root_name, "service": summary.service, "model": summary.model,
+        "services": sorted({s["service"] for s in spans if s["service"]}),
+        "models": sorted({s["model"] for s in spans if s["model"]}),
+        "phases": sorted({s["phase"] for s in spans if s["phase"]}),
+        "status": summary.status, "error_message": summary.error_message, "ttft_ns": summary.ttft_ns,
+        "tpot_ns": summary.tpot_ns, "input_tokens": summary.input_tokens, "output_tokens": summary.output_tokens,
+        "cost_usd": summary.cost_usd, "cost_estimated": int(summary.cost_estimated),
+        "span_count": summary.span_count, "error_spans": summary.error_spans,
+        "model_input_tokens": {m: v[0] for m, v in summary.by_model.items() if v[0]},
+        "model_output_tokens": {m: v[1] for m, v in summary.by_model.items() if v[1]},
+        "model_cost_usd": {m: v[2] for m, v in summary.by_model.items() if v[2]},
+    }
+    figures.update({f"{phase}_ns": summary.phase_ns[phase] for phase in PHASES})
+    return figures
+
+
+def computed(trace_ids):
+    rows = get_store().query(
+        "SELECT *, toUnixTimestamp64Nano(start_time) AS start_ns, toUnixTimestamp64Nano(spans_start) AS spans_start_ns,"
+        " toUnixTimestamp64Nano(spans_end) AS spans_end_ns FROM traces FINAL"
+        " WHERE project_id = {p:UInt64} AND trace_id IN (SELECT arrayJoin(splitByChar(',', {ids:String})))",
+        {"p": PROJECT, "ids": ",".join(trace_ids)}, tag="tests.summary_sql.read").dicts()
+    return {r["trace_id"]: r for r in rows}
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)  # sums in another order
+
+
+def assert_same(want, got, trace_id):
+    for name, value in want.items():
+        have = got[name]
+        if name in ("cost_usd", "tpot_ns"):
+            assert _close(value, have), (trace_id, name, value, have)
+        elif name == "model_cost_usd":
+            assert set(value) == set(have) and all(_close(value[m], have[m]) for m in value), (trace_id, name, value, have)
+        elif isinstance(value, dict):
+            assert value == {k: int(v) for k, v in have.items()}, (trace_id, name, value, have)
+        else:
+            assert value == (int(have) if isinstance(value, int) and not isinstance(value, bool) and have is not None
+                             else have), (trace_id, name, value, have)
+
+
+def summarize_sql(trace_ids, version=1):
+    store = get_store()
+    store.command(summary_sql.summary_insert_sql(trace_filter="trace_id IN (SELECT arrayJoin(splitByChar(',', {ids:String})))"),
+        {"project_id": PROJECT, "version": version, "prices": summary_sql.prices_json(PRICES), "ids": ",".join(trace_ids)},
+        tag="tests.summary_sql.summarize")
+
+
+_counter = iter(range(1, 10**9))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                      HealthCheck.too_slow])
+@given(traces=st.lists(a_trace(), min_size=1, max_size=4))
+def test_clickhouse_summaries_equal_the_reference(traces):
+    import time
+
+    base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    store = get_store()
+    ids, first, again = [], [], []
+    for spans, resend in traces:
+        trace_id = f"{next(_counter):032x}"
+        ids.append(trace_id)
+        first += [_row(PROJECT, trace_id, s, base_ns) for s in spans]
+        again += [_row(PROJECT, trace_id, s, base_ns) for s in spans if s["span_id"] in resend]
+    store.insert("spans", first, tag="tests.summary_sql.spans")
+    if again:
+        store.insert("spans", again, tag="tests.summary_sql.resend")  # a second copy, counted once
+    summarize_sql(ids)
+    got = computed(ids)
+    assert set(got) == set(ids)
+    for trace_id, (spans, _) in zip(ids, traces):
+        assert_same(expected(spans, base_ns), got[trace_id], trace_id)
+
+
+def test_a_trace_that_grows_is_summarised_again_and_an_unchanged_one_is_not():
+    import time
+
+    base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    store = get_store()
+    root = {"span_id": "a" * 16, "parent_span_id": "", "name": "chat", "phase": "", "service": "api", "model": "",
+            "start_ns": 0, "duration_ns": 1_000_000, "status": "ok", "status_message": "", "ttft_ns": None,
+            "input_tokens": 0, "output_tokens": 0, "cost_usd": None}
+    call = dict(root, span_id="b" * 16, parent_span_id="a" * 16, name="llm", phase="inference", model="m1",
+                start_ns=100_000, duration_ns=600_000, ttft_ns=50_000, input_tokens=10, output_tokens=20)
+    trace_id = "c" * 32
+    store.insert("spans", [_row(PROJECT, trace_id, root, base_ns)], tag="tests.summary_sql.spans")
+    where = "trace_id = {trace_id:String}"
+    params = {"project_id": PROJECT, "prices": summary_sql.prices_json(PRICES), "trace_id": trace_id}
+
+    def run(version):
+        changed = store.query(summary_sql.changed_traces_sql(trace_filter=where), params, tag="tests.summary_sql.changed")
+        if len(changed):
+            store.command(summary_sql.summary_insert_sql(trace_filter=where), dict(params, version=version),
+                          tag="tests.summary_sql.run")
+        return store.query("SELECT version FROM traces WHERE project_id = {p:UInt64} ORDER BY version",
+                           {"p": PROJECT}, tag="tests.summary_sql.versions").dicts()
+
+    assert [r["version"] for r in run(1)] == [1]
+    assert [r["version"] for r in run(2)] == [1], "nothing arrived: not written again"
+    store.insert("spans", [_row(PROJECT, trace_id, call, base_ns)], tag="tests.summary_sql.late")
+    assert [r["version"] for r in run(3)] == [1, 3], "a late span: summarised again"
+    assert_same(expected([root, call], base_ns), computed([trace_id])[trace_id], trace_id)
+    store.insert("spans", [_row(PROJECT, trace_id, call, base_ns)], tag="tests.summary_sql.resend")
+    assert [r["version"] for r in run(4)] == [1, 3, 4], "a re-sent copy: summarised again (same figures)"
+    assert_same(expected([root, call], base_ns), computed([trace_id])[trace_id], trace_id)
