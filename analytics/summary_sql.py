@@ -38,7 +38,7 @@ COLUMNS = (
     "model", "services", "models", "phases", "status", "error_message", "ttft_ns", "tpot_ns", "input_tokens",
     "output_tokens", "cost_usd", "cost_estimated", "span_count", "network_ns", "preprocess_ns", "inference_ns",
     "postprocess_ns", "other_ns", "version", "error_spans", "model_input_tokens", "model_output_tokens",
-    "model_cost_usd", "spans_digest",
+    "model_cost_usd", "spans_digest", "loadtest",
 )
 
 
@@ -124,7 +124,7 @@ SELECT
     mapFilter((k, v) -> v != 0, mapFromArrays(if(calls_have_tokens, call_out_by.1, all_out_by.1),
                                               if(calls_have_tokens, call_out_by.2, all_out_by.2))) AS model_output_tokens,
     mapFilter((k, v) -> v != 0, mapFromArrays(cost_by.1, cost_by.2)) AS model_cost_usd,
-    digest + {_PRICES_HASH} AS spans_digest
+    digest + {_PRICES_HASH} AS spans_digest, toUInt8(loadtest) AS loadtest
 FROM (
     SELECT *, {levels}
     FROM (
@@ -191,12 +191,13 @@ FROM (
             arraySort(groupUniqArrayIf(toString(model), model != '')) AS models,
             arraySort(groupUniqArrayIf(toString(raw_phase), raw_phase != '')) AS phases,
             groupArray((sid, parent, st, en, {_PRIORITY_SQL})) AS sp,
-            sum(h) AS digest
+            sum(h) AS digest,
+            max(loadtest_run_id != '') AS loadtest
         FROM (
             SELECT trace_id, toString(span_id) AS sid, v.1 AS parent, v.2 AS name, v.3 AS raw_phase,
                 if(raw_phase IN ({_KNOWN_PHASES}), raw_phase, 'other') AS ph, v.4 AS service, v.5 AS model,
                 toInt64(toUnixTimestamp64Nano(v.6)) AS st, toInt64(v.7) AS dur, st + dur AS en,
-                v.8 AS status, v.9 AS status_message, v.10 AS ttft, v.11 AS input_tokens, v.12 AS output_tokens,
+                v.8 AS status, v.9 AS status_message, v.10 AS ttft, v.11 AS input_tokens, v.12 AS output_tokens, v.14 AS loadtest_run_id,
                 JSONExtract({{prices:String}}, 'Map(String, Array(Float64))') AS price_map,
                 mapContains(price_map, toString(model)) AND (input_tokens > 0 OR output_tokens > 0) AS priced,
                 if(v.13 IS NOT NULL, v.13,
@@ -207,7 +208,7 @@ FROM (
             FROM (
                 SELECT trace_id, span_id,
                     argMax((parent_span_id, name, phase, service, model, start_time, duration_ns, status, status_message,
-                            ttft_ns, input_tokens, output_tokens, cost_usd), ingested_at) AS v,
+                            ttft_ns, input_tokens, output_tokens, cost_usd, loadtest_run_id), ingested_at) AS v,
                     {DIGEST_SQL} AS h
                 FROM spans
                 WHERE {_spans_where(trace_filter, span_filter)}

@@ -104,6 +104,9 @@ SPANS = Table(
         Column("event_names", "Array(LowCardinality(String))", "ZSTD(1)"),
         Column("event_attributes", "Array(Map(String, String))", "ZSTD(1)"),
         Column("ingested_at", DATETIME_MS, "", "now64(3)"),
+        # Filled by ClickHouse at insert (migration 0013): what the summaries read to tell load-test
+        # traffic, without reading the attributes (prompts) again.
+        Column("loadtest_run_id", "String", "ZSTD(1)", "attributes['loadtest.run_id']"),
     ),
     # A span re-sent with the same ids collapses into one row on merge.
     engine="ReplacingMergeTree(ingested_at)",
@@ -193,6 +196,7 @@ TRACES = Table(
         # Sum of a hash of every stored copy of every span (id, ingested_at) the summary was computed
         # from (migration 0013): equal for the trace's spans now means nothing arrived since.
         Column("spans_digest", "UInt64", "", "0"),  # 0: written by trace_row (seeds), never a digest
+        Column("loadtest", "UInt8", "", "0"),  # a span carries loadtest.run_id: load-test traffic (no paging)
     ),
     engine="ReplacingMergeTree(version)",
     order_by="(project_id, trace_id)",

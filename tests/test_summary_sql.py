@@ -191,3 +191,18 @@ def test_a_trace_that_grows_is_summarised_again_and_an_unchanged_one_is_not():
     store.insert("spans", [_row(PROJECT, trace_id, call, base_ns)], tag="tests.summary_sql.resend")
     assert [r["version"] for r in run(4)] == [1, 3, 4], "a re-sent copy: summarised again (same figures)"
     assert_same(expected([root, call], base_ns), computed([trace_id])[trace_id], trace_id)
+
+
+def test_load_test_traffic_is_marked_on_the_summary():
+    import time
+
+    base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    span = {"span_id": "d" * 16, "parent_span_id": "", "name": "loadtest request", "phase": "", "service": "api",
+            "model": "", "start_ns": 0, "duration_ns": 1_000, "status": "ok", "status_message": "", "ttft_ns": None,
+            "input_tokens": 0, "output_tokens": 0, "cost_usd": None}
+    tagged = dict(_row(PROJECT, "e" * 32, span, base_ns), attributes={"loadtest.run_id": "r1", "loadtest.step": "2"})
+    plain = _row(PROJECT, "f" * 32, span, base_ns)
+    get_store().insert("spans", [tagged, plain], tag="tests.summary_sql.spans")
+    summarize_sql(["e" * 32, "f" * 32])
+    rows = computed(["e" * 32, "f" * 32])
+    assert rows["e" * 32]["loadtest"] == 1 and rows["f" * 32]["loadtest"] == 0
