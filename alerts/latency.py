@@ -1,14 +1,14 @@
-"""Latency metrics of a window, per root service, straight from raw spans.
+"""Latency metrics of a window, per root service, from the per-trace summaries.
 
-The window's spans are read once per (project, window, model) per round, deduplicated per
-(trace_id, span_id) (a re-sent span counts once even before ClickHouse merges it), and every trace
-is summarised by ``dashboard.trace_math.trace_summarize`` (DOMAIN.md "Per trace"). A request is a
-trace whose ROOT span starts in the window (DOMAIN.md "Over a time window"); traces whose root has
-not arrived are not counted yet.
+The summaries (``traces``: every figure of DOMAIN.md "Per trace", computed in ClickHouse by the
+summariser) are brought up to date for the project first (an incremental run: what arrived since
+the last one), so a request acknowledged before the evaluation counts. A request is a trace whose
+ROOT span starts in the window (DOMAIN.md "Over a time window"); traces whose root has not
+arrived are not counted yet. The figures are computed in ClickHouse over the latest summary of each.
 
 Per service (the root span's), over the window's requests:
 - ``e2e_p50_ms`` / ``e2e_p95_ms`` / ``e2e_p99_ms``: exact percentiles (linear interpolation
-  between closest ranks) of the roots' durations;
+  between closest ranks, ``quantileExactInclusive``) of the roots' durations;
 - ``ttft_p95_ms``: over the requests that report a TTFT;
 - ``phase_share_percent:<phase>``: that phase's exclusive time summed over the requests / their
   summed E2E (time-weighted, so one long request weighs what it cost);
@@ -17,41 +17,93 @@ Per service (the root span's), over the window's requests:
   (DOMAIN.md "Status": one whose failed model call was retried successfully is recovered, not an
   error); ``request_rate``: requests / window seconds.
 A service without a request in the window has no series this round (missing, never 0).
-Load-test traffic (traces whose spans carry ``loadtest.run_id``) is left out: a load test measures
-the service on purpose and must not page anyone (its report shows what it measured). Each
-series' ``sample_at`` is the start of its newest request.
+Load-test traffic (traces whose spans carry ``loadtest.run_id``: ``traces.loadtest``) is left out:
+a load test measures the service on purpose and must not page anyone (its report shows what it
+measured). Each series' ``sample_at`` is the start of its newest request.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime, timezone
 
-from dashboard.trace_math import PHASES, SPAN_FIELDS_SQL, trace_summarize
+from analytics.summary_sql import PHASES
 from store import get_store
 
 from .metrics import Series, series_key
 
-_SPANS_SQL = f"""
-SELECT trace_id, {SPAN_FIELDS_SQL}, attributes['loadtest.run_id'] != '' AS loadtest
-FROM spans
-WHERE project_id = {{project_id:UInt64}}
-  AND start_time > fromUnixTimestamp64Milli({{since_ms:Int64}})
-  AND start_time <= fromUnixTimestamp64Milli({{until_ms:Int64}})
-ORDER BY ingested_at DESC
-LIMIT 1 BY trace_id, span_id
+# The latest summary of each trace with a summary starting in (since, until] (found by start in
+# ``traces_by_start``, then by id in ``traces``, newest version first), kept when that latest one
+# still starts there and has its root.
+_REQUESTS = """
+SELECT * FROM (
+    SELECT trace_id, start_time, service, models, has_root, loadtest, status, e2e_ns, ttft_ns, {phase_columns}
+    FROM traces
+    WHERE project_id = {{project_id:UInt64}} AND trace_id IN (
+        SELECT trace_id FROM traces_by_start
+        WHERE project_id = {{project_id:UInt64}}
+          AND start_time > fromUnixTimestamp64Nano({{since_ns:Int64}}) AND start_time <= fromUnixTimestamp64Nano({{until_ns:Int64}}))
+    ORDER BY version DESC
+    LIMIT 1 BY trace_id
+)
+WHERE has_root = 1 AND loadtest = 0
+  AND start_time > fromUnixTimestamp64Nano({{since_ns:Int64}}) AND start_time <= fromUnixTimestamp64Nano({{until_ns:Int64}})
+  AND ({{model:String}} = '' OR has(models, {{model:String}}))
+"""
+
+_FIGURES = """
+SELECT {bucket} AS bucket, service,
+    count() AS requests,
+    quantileExactInclusive(0.5)(e2e_ns) AS e2e_p50, quantileExactInclusive(0.95)(e2e_ns) AS e2e_p95,
+    quantileExactInclusive(0.99)(e2e_ns) AS e2e_p99,
+    countIf(ttft_ns IS NOT NULL) AS ttft_n, quantileExactInclusiveIf(0.95)(assumeNotNull(ttft_ns), ttft_ns IS NOT NULL) AS ttft_p95,
+    countIf(network_ns > 0) AS network_n, quantileExactInclusiveIf(0.95)(network_ns, network_ns > 0) AS network_p95,
+    countIf(status = 'error') AS errors, sum(e2e_ns) AS e2e_total, {phase_sums},
+    toUnixTimestamp64Nano(max(start_time)) AS newest_ns
+FROM ({requests})
+GROUP BY bucket, service
+ORDER BY bucket, service
 """
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Exact percentile of ``values`` (0 <= q <= 1), linear between the closest ranks."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+def figures_sql(*, bucket_seconds: int | None = None) -> str:
+    """Per (bucket, service) figures of the requests in (since_ns, until_ns]; one bucket (0) when
+    ``bucket_seconds`` is None, else buckets of that many seconds counted from ``since_ns``."""
+    bucket = "0" if bucket_seconds is None else (
+        f"intDiv(toUnixTimestamp64Nano(start_time) - {{since_ns:Int64}} - 1, {int(bucket_seconds) * 1_000_000_000})")
+    requests = _REQUESTS.format(phase_columns=", ".join(f"{p}_ns" for p in PHASES))
+    return _FIGURES.format(bucket=bucket, requests=requests,
+                           phase_sums=", ".join(f"sum({p}_ns) AS {p}_total" for p in PHASES))
+
+
+_WINDOW_SQL = figures_sql()
+
+
+def series_from_row(row: dict, *, window_seconds: float) -> Series:
+    def ms(value):
+        return float(value) / 1e6
+
+    total = int(row["e2e_total"])
+    values = {
+        "e2e_p50_ms": ms(row["e2e_p50"]),
+        "e2e_p95_ms": ms(row["e2e_p95"]),
+        "e2e_p99_ms": ms(row["e2e_p99"]),
+        "ttft_p95_ms": ms(row["ttft_p95"]) if row["ttft_n"] else None,
+        "network_p95_ms": ms(row["network_p95"]) if row["network_n"] else None,
+        "error_rate_percent": 100.0 * int(row["errors"]) / int(row["requests"]),
+        "request_rate": int(row["requests"]) / window_seconds,
+    }
+    for phase in PHASES:
+        values[f"phase_share_percent:{phase}"] = 100.0 * int(row[f"{phase}_total"]) / total if total > 0 else None
+    labels = {"service": row["service"]}
+    newest = datetime.fromtimestamp(int(row["newest_ns"]) / 1e9, tz=timezone.utc)
+    return Series(series_key(labels), labels, values, newest)
+
+
+def summaries_bring_up_to_date(project_id: int) -> None:
+    """Summarise what arrived since the summariser's last run (incremental; cheap when nothing did)."""
+    from dashboard.summarizer import traces_summarize
+
+    traces_summarize(project_ids=[project_id])
 
 
 def _ms(when: datetime) -> int:
@@ -59,46 +111,9 @@ def _ms(when: datetime) -> int:
 
 
 def latency_fetch(*, project_id: int, window_seconds: int, now: datetime, model: str = "") -> list[Series]:
-    until = _ms(now)
-    since = until - window_seconds * 1000
-    rows = get_store().query(_SPANS_SQL, {"project_id": project_id, "since_ms": since, "until_ms": until},
-                             tag="alerts.latency.latency_fetch").dicts()
-    return latency_series(rows, since_ns=since * 1_000_000, window_seconds=window_seconds, model=model)
-
-
-def latency_series(rows: list[dict], *, since_ns: int, window_seconds: float, model: str = "") -> list[Series]:
-    by_trace: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
-        by_trace[row["trace_id"]].append(row)
-    per_service: dict[str, list] = defaultdict(list)
-    for spans in by_trace.values():
-        if model and not any(s.get("model") == model for s in spans):
-            continue
-        if any(s.get("loadtest") for s in spans):
-            continue
-        summary = trace_summarize(spans)
-        if not summary.has_root or summary.start_ns <= since_ns:
-            continue
-        per_service[summary.service].append(summary)
-    out = []
-    for service, traces in sorted(per_service.items()):
-        e2e = [t.e2e_ns / 1e6 for t in traces]
-        ttft = [t.ttft_ns / 1e6 for t in traces if t.ttft_ns is not None]
-        network = [t.phase_ns.get("network", 0) / 1e6 for t in traces if t.phase_ns.get("network", 0) > 0]
-        total = sum(t.e2e_ns for t in traces)
-        values = {
-            "e2e_p50_ms": percentile(e2e, 0.50),
-            "e2e_p95_ms": percentile(e2e, 0.95),
-            "e2e_p99_ms": percentile(e2e, 0.99),
-            "ttft_p95_ms": percentile(ttft, 0.95),
-            "network_p95_ms": percentile(network, 0.95),
-            "error_rate_percent": 100.0 * sum(t.status == "error" for t in traces) / len(traces),
-            "request_rate": len(traces) / window_seconds,
-        }
-        for phase in PHASES:
-            values[f"phase_share_percent:{phase}"] = (100.0 * sum(t.phase_ns.get(phase, 0) for t in traces) / total
-                                                      if total > 0 else None)
-        labels = {"service": service}
-        newest = max(t.start_ns for t in traces)
-        out.append(Series(series_key(labels), labels, values, datetime.fromtimestamp(newest / 1e9, tz=timezone.utc)))
-    return out
+    summaries_bring_up_to_date(project_id)
+    until_ns = _ms(now) * 1_000_000
+    since_ns = until_ns - window_seconds * 1_000_000_000
+    rows = get_store().query(_WINDOW_SQL, {"project_id": project_id, "since_ns": since_ns, "until_ns": until_ns,
+                                           "model": model or ""}, tag="alerts.latency.latency_fetch").dicts()
+    return [series_from_row(row, window_seconds=window_seconds) for row in rows]

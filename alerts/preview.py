@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone
 from dashboard.charts import figure, figure_dict, threshold_line
 from store import get_store
 
-from .latency import _SPANS_SQL, latency_series
+from .latency import figures_sql, series_from_row, summaries_bring_up_to_date
 from .metrics import _AGG_SQL, _RESOURCE_FIGURES, rule_values, series_key, Series
 from .models import GPU_METRICS, LATENCY_METRICS, PROCESS_METRICS, Comparator, Metric
 
 RESOURCE_HOURS = 6
-LATENCY_HOURS = 1  # spans are summarised per trace in Python: keep the preview to the last hour
+LATENCY_HOURS = 6
 MAX_SERIES = 20
 
 _RESOURCE_PREVIEW_SQL = """
@@ -74,23 +74,16 @@ def _resource_lines(rule, now: datetime) -> dict[str, list[tuple[int, float]]]:
 
 
 def _latency_lines(rule, now: datetime) -> dict[str, list[tuple[int, float]]]:
-    until_ms = int(now.timestamp() * 1000)
-    since_ms = until_ms - LATENCY_HOURS * 3600 * 1000
-    rows = get_store().query(_SPANS_SQL, {"project_id": rule.project_id, "since_ms": since_ms, "until_ms": until_ms},
-                             tag="alerts.preview.latency").dicts()
-    step_ms = max(60, int(rule.window_seconds)) * 1000
-    by_bucket: dict[int, list[dict]] = defaultdict(list)
-    traces: dict[str, int] = {}
-    for row in sorted(rows, key=lambda r: r["start_ns"]):
-        # a trace's spans go to the bucket of its first span, so each trace is summarised whole
-        bucket = traces.setdefault(row["trace_id"], (row["start_ns"] // 1_000_000 - since_ms) // step_ms)
-        by_bucket[bucket].append(row)
-    series = []
-    for bucket, bucket_rows in sorted(by_bucket.items()):
-        start_ms = since_ms + bucket * step_ms
-        for s in latency_series(bucket_rows, since_ns=start_ms * 1_000_000 - 1, window_seconds=step_ms / 1000,
-                                model=rule.model):
-            series.append(((start_ms + step_ms) // 1000, s))
+    """The rule's figure per window-long bucket of the period (each point at its bucket's end)."""
+    summaries_bring_up_to_date(rule.project_id)
+    step = max(60, int(rule.window_seconds))
+    until_ns = int(now.timestamp() * 1000) * 1_000_000
+    since_ns = until_ns - LATENCY_HOURS * 3600 * 1_000_000_000
+    rows = get_store().query(figures_sql(bucket_seconds=step),
+                             {"project_id": rule.project_id, "since_ns": since_ns, "until_ns": until_ns,
+                              "model": rule.model or ""}, tag="alerts.preview.latency").dicts()
+    series = [((since_ns // 1_000_000_000) + (int(row["bucket"]) + 1) * step, series_from_row(row, window_seconds=step))
+              for row in rows]
     return _collect(rule, series)
 
 
