@@ -151,7 +151,7 @@ CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
 # then their hours and days. Both are idempotent, so an overlapping or repeated run is harmless.
 TRACEDASH_SUMMARIZE_SECONDS = ENV.summarize_seconds
 TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 10  # re-read before the watermark: inserts still in flight then
-TRACEDASH_SUMMARIZE_BATCH_TRACES = 2000  # traces summarised per read of their spans
+TRACEDASH_SUMMARIZE_BATCH_TRACES = 50_000  # traces summarised per INSERT … SELECT (a run has at most MAX_SPANS spans)
 TRACEDASH_SUMMARIZE_MAX_SPANS = 200_000  # per project and run; a backlog is worked off over several runs
 TRACEDASH_TRACE_MAX_SECONDS = 3600  # longest trace a bulk rebuild (manage.py summarize_traces) expects
 TRACEDASH_ROLLUP_SECONDS = ENV.rollup_seconds
