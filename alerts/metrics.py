@@ -14,7 +14,7 @@ Sources:
 - ``processes``: per (host, GPU, pid), the latest GPU memory in the window over its baseline,
   the minimum of its first ``BASELINE_SECONDS`` (looked for within ``BASELINE_LOOKBACK_SECONDS``).
 - ``spans``: raw spans of the window, deduplicated per (trace_id, span_id), summarised per trace
-  by ``dashboard.trace_math`` and aggregated per root service (alerts.latency).
+  by ``analytics.trace_math`` and aggregated per root service (alerts.latency).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from . import rollups
 from .panel_selectors import WindowStats, window_stats
 from .timewindow import TimeWindow, parse_time, window_from_query
-from .trace_math import PHASES
+from analytics.trace_math import PHASES
 
 MODES = ("windows", "models", "attribute")
 MAX_NAME = 256

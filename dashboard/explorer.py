@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 
 from store import get_store
 
-from .trace_math import PHASES
+from analytics.trace_math import PHASES
 
 NS = 1_000_000_000
 MS = 1_000_000

@@ -19,7 +19,7 @@ from typing import Callable
 from store import get_store
 
 from .selectors import bucket_seconds, bucket_times
-from .trace_math import PHASES
+from analytics.trace_math import PHASES
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 

@@ -18,7 +18,7 @@ from .charts import BASE_LAYOUT, HEATMAP_COLORSCALE, PHASE_COLORS, mark_alerts, 
 from .rollup_services import HIST_GAMMA
 from .panel_selectors import LatencyHeatmap, ModelSpend, WindowSeries, WindowStats
 from .selectors import DeviceSeries, LoadSeries, ResourceSeries
-from .trace_math import PHASES
+from analytics.trace_math import PHASES
 
 GPU_MEMORY_THRESHOLD = 85.0  # DOMAIN.md: GPU memory % (used / total from NVML) >= 85 — scale out
 CPU_THRESHOLD = 70.0  # DOMAIN.md: host CPU % > 70 — pre/post-processing needs optimising

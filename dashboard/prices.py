@@ -15,7 +15,7 @@ MAX_PRICE = Decimal("1000000")  # USD per million tokens; anything above is a ty
 
 def prices_for_project(*, project_id: int) -> dict[str, tuple[float, float]]:
     """``{model: (input USD per million tokens, output USD per million tokens)}``, the shape
-    ``dashboard.trace_math.trace_summarize(prices=...)`` takes."""
+    ``analytics.trace_math.trace_summarize(prices=...)`` takes."""
     return {
         p.model: (float(p.input_usd_per_million), float(p.output_usd_per_million))
         for p in ModelPrice.objects.filter(project_id=project_id)

@@ -26,7 +26,7 @@ from store import get_store
 from store.schema import ROLLUP_HISTOGRAMS, ROLLUP_MINUTE
 
 from .summarizer import _clock_ns, watermark_get, watermark_set
-from .trace_math import PHASES
+from analytics.trace_math import PHASES
 
 JOB = "rollup"
 NS = 1_000_000_000

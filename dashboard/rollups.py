@@ -36,7 +36,7 @@ from .panel_selectors import (LATENCY_EDGES_MS, QUANTILES, LatencyHeatmap, Model
                               WindowStats)
 from .rollup_services import FROM_TRACES, HIST_GAMMA, TRACE_COLUMNS, hist_key_sql
 from .selectors import bucket_seconds, bucket_times
-from .trace_math import PHASES
+from analytics.trace_math import PHASES
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
 MINUTES_MAX_SECONDS = 2 * DAY  # longer windows read hours for their whole hours (series: if the step allows)

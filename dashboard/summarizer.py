@@ -33,7 +33,7 @@ from store import get_store
 from .prices import prices_for_project
 from analytics import summary_sql
 
-from .trace_math import PHASES, Tree, trace_summarize
+from analytics.trace_math import PHASES, Tree, trace_summarize
 
 log = logging.getLogger("tracedash.summarizer")
 

@@ -23,7 +23,7 @@ from store import get_store
 
 from .explorer import trace_bounds
 from .prices import prices_for_project
-from .trace_math import PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, trace_summarize
+from analytics.trace_math import PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, trace_summarize
 
 TRACE_ID_RE = re.compile(r"[0-9a-f]{32}\Z")
 NS = 1_000_000_000

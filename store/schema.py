@@ -154,7 +154,7 @@ _MODEL_COLUMNS = (
     Column("model_cost_usd", "Map(String, Float64)", "ZSTD(1)"),
 )
 
-# One row per trace: every per-trace figure of DOMAIN.md, computed by dashboard.trace_math from
+# One row per trace: every per-trace figure of DOMAIN.md, computed by analytics.trace_math from
 # the trace's spans by the summariser task and re-written (a higher ``version``) whenever spans of
 # the trace arrive later. The explorer sorts and filters on it, a trace id finds its spans' time
 # bounds here without a scan (ORDER BY starts with the id), and the rollups aggregate it.

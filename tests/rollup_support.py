@@ -8,7 +8,7 @@ import math
 import random
 from collections import defaultdict
 
-from dashboard.trace_math import PHASES, SPAN_FIELDS_SQL, trace_summarize
+from analytics.trace_math import PHASES, SPAN_FIELDS_SQL, trace_summarize
 from ingest.schemas import Limits, parse_span
 from store import get_store
 

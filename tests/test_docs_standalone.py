@@ -74,7 +74,7 @@ def _span(span_id, parent, phase, start_ms, end_ms):
 
 def test_the_documented_phase_overlap_example_is_what_the_product_computes():
     """docs/definitions.md "Which phase owns an instant": its example and its orphan rule."""
-    from dashboard.trace_math import phase_times
+    from analytics.trace_math import phase_times
 
     spans = [_span("root", "", "other", 0, 1000), _span("prep", "root", "preprocess", 0, 300),
              _span("llm", "root", "inference", 200, 900)]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from analytics import summary_sql
-from dashboard.trace_math import PHASES, trace_summarize
+from analytics.trace_math import PHASES, trace_summarize
 from store import get_store
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from dashboard.trace_math import Tree, critical_path, phase_times, self_times, span_cost, trace_summarize
+from analytics.trace_math import Tree, critical_path, phase_times, self_times, span_cost, trace_summarize
 
 MS = 1_000_000
 

@@ -10,7 +10,7 @@ import time
 
 from dashboard.prices import prices_for_project
 from dashboard.summarizer import trace_row
-from dashboard.trace_math import SPAN_FIELDS_SQL
+from analytics.trace_math import SPAN_FIELDS_SQL
 from ingest.schemas import Limits, parse_span
 from store import get_store
 
