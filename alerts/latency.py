@@ -101,7 +101,7 @@ def series_from_row(row: dict, *, window_seconds: float) -> Series:
 
 def summaries_bring_up_to_date(project_id: int) -> None:
     """Summarise what arrived since the summariser's last run (incremental; cheap when nothing did)."""
-    from dashboard.summarizer import traces_summarize
+    from analytics.summarizer import traces_summarize
 
     traces_summarize(project_ids=[project_id])
 

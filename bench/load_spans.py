@@ -15,7 +15,7 @@ models, ~3 % of traces failing; every root carries ``user.id`` (20,000 users) an
 (a session is ~4 traces), model calls carry GenAI attributes and ~10 % of them a 2–8 KB prompt
 and a completion. Seeded, so two runs of the same size generate the same data.
 
-Summaries are computed in this process by the summariser's own ``dashboard.summarizer.trace_row``
+Summaries are computed in this process by the summariser's own ``analytics.summarizer.trace_row``
 from the very span rows inserted, so they are what it would write.
 Rows go through ``Store.insert`` (Arrow into chdb) in batches of ``--batch`` spans, generated in
 time order so each batch lands in one or two daily partitions.
@@ -221,7 +221,7 @@ def progress(done: int, total: int, started: float, label: str) -> None:
 def load(*, store: Store, spans_wanted: int, days: float, batch: int, seed: int, now_ns: int) -> dict:
     """Generate and insert; the insert of one batch (chdb releases the GIL while it writes) runs in
     a second thread while the next batch is generated."""
-    from dashboard.summarizer import trace_row
+    from analytics.summarizer import trace_row
 
     traces_planned = max(1, spans_wanted // 8)  # ~8.5 spans a trace; only sets the start-time jitter
     gen = Generator(seed=seed, start_ns=now_ns - int(days * 86400 * NS), end_ns=now_ns, traces=traces_planned)

@@ -1,5 +1,5 @@
 """Panel-query scenarios for bench/query.py: the reads behind the overview, costs and compare
-pages, served from the rollups (``dashboard.rollups``), and the accuracy of the percentiles they
+pages, served from the rollups (``analytics.rollups``), and the accuracy of the percentiles they
 show against exact ones over the raw spans.
 
 Before the first scenario the rollups of the loaded data are built once (bench/load_spans.py
@@ -40,7 +40,7 @@ def _ensure_rollups(store) -> dict:
                                          {"p": PROJECT_ID}, tag="bench.panels.rollups").scalar() or 0)
                          for table in ("rollup_day", "rollup_day_all"))
     if rollup_version < int(traces_version):
-        from dashboard.rollup_services import rollups_rebuild
+        from analytics.rollup_services import rollups_rebuild
 
         started = time.monotonic()
 
@@ -76,7 +76,7 @@ def _shift(state: dict, i: int) -> tuple[datetime, datetime]:
 
 def _overview(state: dict, i: int) -> int:
     """What the overview page reads: KPIs of the window and the previous one, series, heatmap."""
-    from dashboard import rollups
+    from analytics import rollups
 
     start, end = _shift(state, i)
     args = {"project_id": PROJECT_ID, "start": start, "end": end}
@@ -101,7 +101,7 @@ def _page(name: str):
 
 def _compare_windows(state: dict, i: int) -> int:
     """This 7 days against the 7 before (before/after an optimisation)."""
-    from dashboard import rollups
+    from analytics import rollups
 
     start, end = _shift(state, i)
     week = end - start
@@ -110,7 +110,7 @@ def _compare_windows(state: dict, i: int) -> int:
 
 
 def _compare_models(state: dict, i: int) -> int:
-    from dashboard import rollups
+    from analytics import rollups
 
     start, end = _shift(state, i)
     result = rollups.compare_models(project_id=PROJECT_ID, start=start, end=end, model_a="gpt-4o-mini", model_b="gpt-4o")
@@ -119,7 +119,7 @@ def _compare_models(state: dict, i: int) -> int:
 
 def _compare_attribute(state: dict, i: int) -> int:
     """Two values of a root attribute (user.tier free vs pro): traces joined with their spans."""
-    from dashboard import rollups
+    from analytics import rollups
 
     start, end = _shift(state, i)
     result = rollups.compare_attribute(project_id=PROJECT_ID, start=start, end=end, key="user.tier",
@@ -159,7 +159,7 @@ def _nearest_rank(ordered: list, q: float) -> float | None:
 def accuracy(store, *, hours: float) -> list[dict]:
     """Exact P95/P99 of E2E and TTFT over the raw spans of the last ``hours`` against the
     rollups' values; one row per figure with the error in %."""
-    from dashboard import rollups
+    from analytics import rollups
 
     state = _window(store, hours)
     started = time.perf_counter()
@@ -195,7 +195,7 @@ ACCURACY: list[dict] = []
 
 
 def _shown_24h(state: dict, i: int) -> int:
-    from dashboard import rollups
+    from analytics import rollups
 
     start, end = _shift(state, i)
     return rollups.window_stats(project_id=PROJECT_ID, start=start, end=end).requests

@@ -42,7 +42,7 @@ def main() -> None:
         django.setup()
         from django.conf import settings
 
-        from dashboard.retention_services import RETENTION_COLUMNS, project_data_expire
+        from analytics.retention_services import RETENTION_COLUMNS, project_data_expire
         from store import get_store
         from store.migrator import MigrationContext, migrate
 

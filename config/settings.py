@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "store",
     "projects",
     "ingest",
+    "analytics",
     "dashboard",
     "alerts",
     "agent",
@@ -146,7 +147,7 @@ CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
     "options": {"expires": ENV.alerts_evaluate_seconds},  # a round that waited a whole interval is stale
 }
 
-# Per-trace summaries and rollups (dashboard.tasks): the summariser fills `traces` from newly
+# Per-trace summaries and rollups (analytics.tasks): the summariser fills `traces` from newly
 # ingested spans; the rollup task recomputes the minutes it marked and the late-arrival window,
 # then their hours and days. Both are idempotent, so an overlapping or repeated run is harmless.
 TRACEDASH_SUMMARIZE_SECONDS = ENV.summarize_seconds
@@ -157,20 +158,20 @@ TRACEDASH_TRACE_MAX_SECONDS = 3600  # longest trace a bulk rebuild (manage.py su
 TRACEDASH_ROLLUP_SECONDS = ENV.rollup_seconds
 TRACEDASH_ROLLUP_LATE_SECONDS = ENV.rollup_late_seconds  # minutes this recent are recomputed on every run
 CELERY_BEAT_SCHEDULE["traces-summarize"] = {
-    "task": "dashboard.tasks.summarize_traces",
+    "task": "analytics.tasks.summarize_traces",
     "schedule": TRACEDASH_SUMMARIZE_SECONDS,
     "options": {"expires": TRACEDASH_SUMMARIZE_SECONDS * 2},
 }
 CELERY_BEAT_SCHEDULE["rollups-update"] = {
-    "task": "dashboard.tasks.update_rollups",
+    "task": "analytics.tasks.update_rollups",
     "schedule": TRACEDASH_ROLLUP_SECONDS,
     "options": {"expires": TRACEDASH_ROLLUP_SECONDS * 2},
 }
 # Per-project retention shorter than TRACEDASH_RETENTION_DAYS (the TTL): daily deletes of older rows
-# (dashboard.retention_services). The embedded beat runs it once at start, then daily.
+# (analytics.retention_services). The embedded beat runs it once at start, then daily.
 TRACEDASH_RETENTION_ENFORCE_SECONDS = 86400
 CELERY_BEAT_SCHEDULE["retention-enforce"] = {
-    "task": "dashboard.tasks.enforce_retention",
+    "task": "analytics.tasks.enforce_retention",
     "schedule": TRACEDASH_RETENTION_ENFORCE_SECONDS,
     "options": {"expires": TRACEDASH_RETENTION_ENFORCE_SECONDS},
 }

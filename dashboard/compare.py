@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from . import rollups
-from .panel_selectors import WindowStats, window_stats
+from analytics import rollups
+from analytics.panel_selectors import WindowStats, window_stats
 from .timewindow import TimeWindow, parse_time, window_from_query
 from analytics.trace_math import PHASES
 

@@ -15,5 +15,5 @@ class TracesConsumer(ProjectGroupConsumer):
         await self.send_json({"type": "resources.ingested", "samples": event["samples"], "hosts": event["hosts"]})
 
     async def traces_summarized(self, event):
-        """New or updated per-trace summaries (``dashboard.summarizer``): the explorer adds the rows."""
+        """New or updated per-trace summaries (``analytics.summarizer``): the explorer adds the rows."""
         await self.send_json({"type": "traces.summarized", "count": event["count"], "trace_ids": event["trace_ids"]})

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta, timezone
 from urllib.parse import urlencode
 
 from .charts import BASE_LAYOUT, HEATMAP_COLORSCALE, PHASE_COLORS, mark_alerts, style_figure
-from .rollup_services import HIST_GAMMA
-from .panel_selectors import LatencyHeatmap, ModelSpend, WindowSeries, WindowStats
-from .selectors import DeviceSeries, LoadSeries, ResourceSeries
+from analytics.rollup_services import HIST_GAMMA
+from analytics.panel_selectors import LatencyHeatmap, ModelSpend, WindowSeries, WindowStats
+from analytics.selectors import DeviceSeries, LoadSeries, ResourceSeries
 from analytics.trace_math import PHASES
 
 GPU_MEMORY_THRESHOLD = 85.0  # DOMAIN.md: GPU memory % (used / total from NVML) >= 85 — scale out

@@ -1,4 +1,4 @@
-"""JSON series endpoints over the rollups (``dashboard.rollups``), for scripts and the pages:
+"""JSON series endpoints over the rollups (``analytics.rollups``), for scripts and the pages:
 
 - ``GET /api/v1/series/overview``   — KPIs of the window and the previous one, and the series
 - ``GET /api/v1/series/latency``    — E2E latency histogram per time bucket (heatmap) and in total
@@ -24,7 +24,7 @@ from ingest.auth import authenticate_request
 from ingest.http import ApiError
 from store import StoreError
 
-from . import rollups
+from analytics import rollups
 from .project_scope import current_project
 from .timewindow import MAX_SPAN, PRESETS
 

@@ -22,7 +22,7 @@ from operator import attrgetter
 from store import get_store
 
 from .explorer import trace_bounds
-from .prices import prices_for_project
+from analytics.prices import prices_for_project
 from analytics.trace_math import PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, trace_summarize
 
 TRACE_ID_RE = re.compile(r"[0-9a-f]{32}\Z")

@@ -15,14 +15,16 @@ from django.shortcuts import redirect, render
 
 from store import StoreError, get_store
 
-from . import panel_selectors, panels, rollups, selectors
+from . import panels
+
+from analytics import panel_selectors, rollups, selectors
 from .compare import MODES as COMPARE_MODES
 from .compare import compare_query_from, compare_rows
 from .compare import side_stats as compare_side_stats
 from .filters import FilterBar, filter_bar_from_query
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
 from .project_scope import current_project
-from .rollups import PROJECTION_DAYS
+from analytics.rollups import PROJECTION_DAYS
 from .series_api import projection_label
 from .templatetags.explorer_tags import kpi_traces_link
 from .timewindow import PRESETS, TimeWindow, window_from_query
@@ -360,7 +362,7 @@ def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict
 def costs(request):
     """Tokens, cost per request and per 1k tokens, spend per model, the projection, and the
     project's price table (which estimates the cost of spans that carry tokens but no cost)."""
-    from .prices import model_price_delete, model_price_set, model_prices_list
+    from analytics.prices import model_price_delete, model_price_set, model_prices_list
 
     bar, filters = _panel_filters(request)
     project = current_project(request)

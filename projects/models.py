@@ -19,7 +19,7 @@ class Project(models.Model):
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
     # Days this project's spans, traces, resource samples and rollups are kept. The ClickHouse TTL
     # (TRACEDASH_RETENTION_DAYS) stays the upper bound; a shorter value is enforced by the daily
-    # retention task (dashboard.retention_services).
+    # retention task (analytics.retention_services).
     retention_days = models.PositiveIntegerField(
         default=default_retention_days,
         validators=[MinValueValidator(RETENTION_DAYS_MIN), MaxValueValidator(RETENTION_DAYS_MAX)],

@@ -71,7 +71,7 @@ def _render(request, project, *, status=200, retention_form=None, key_form=None,
         "created_project": created_project,
     }
     if project is not None:
-        from dashboard.retention_services import effective_retention_days
+        from analytics.retention_services import effective_retention_days
 
         context.update({
             "form": retention_form or RetentionForm(initial={"retention_days": project.retention_days}),

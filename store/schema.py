@@ -223,13 +223,13 @@ TRACES_BY_START = Table(
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
 )
 
-# --- Rollups (dashboard.rollup_services writes them, dashboard.rollups reads them) ----------
+# --- Rollups (analytics.rollup_services writes them, analytics.rollups reads them) ----------
 # Per-bucket aggregates of the ``traces`` table per project/service/model. A bucket is always
 # recomputed whole from its source and written with a higher ``version``; reads take the latest
 # (FINAL), so running a bucket twice changes nothing. Percentiles come from log-bucket
 # histograms: key ``k`` >= 1 counts values in (γ^(k-1), γ^k] ns with γ = 1.01 (key 0: values <= 1 ns);
 # histograms of any number of buckets merge by adding (sumMap), and the value shown for a bucket
-# is within 0.5 % of any value in it (dashboard.rollups.HIST_GAMMA).
+# is within 0.5 % of any value in it (analytics.rollups.HIST_GAMMA).
 ROLLUP_HISTOGRAMS = ("e2e", "ttft", "tpot", "network", "preprocess", "inference", "postprocess", "other")
 _HIST = "Map(UInt16, UInt64)"
 

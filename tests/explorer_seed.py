@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from dashboard.summarizer import trace_row
+from analytics.summarizer import trace_row
 from ingest.schemas import Limits, parse_span
 from store import get_store
 

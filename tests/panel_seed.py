@@ -3,7 +3,7 @@ the rollups of the days they fall in, recomputed by the service the rollup task 
 
 from __future__ import annotations
 
-from dashboard.rollup_services import rollups_rebuild
+from analytics.rollup_services import rollups_rebuild
 from tests.explorer_seed import seed_traces
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from django.test import Client
 
-from dashboard.models import ModelPrice
+from analytics.models import ModelPrice
 from tests.panel_seed import seed_rolled_up
 from tests.spans import llm_trace
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dashboard.summarizer import traces_summarize
+from analytics.summarizer import traces_summarize
 from store import get_store
 from tests.spans import llm_trace
 

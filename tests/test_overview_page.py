@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from dashboard.panel_selectors import window_stats
+from analytics.panel_selectors import window_stats
 from dashboard.panels import _at_least
 from dashboard.timewindow import window_from_query
 from tests.panel_seed import seed_rolled_up
@@ -150,7 +150,7 @@ def test_overview_filters_change_the_numbers_and_bad_input_is_a_clear_error(clie
 
 
 def test_store_down_is_a_503_page_and_json_error(client, seeded, monkeypatch):
-    from dashboard import rollups
+    from analytics import rollups
     from store import StoreError
 
     def down(**kwargs):

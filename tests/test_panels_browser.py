@@ -18,8 +18,8 @@ from tests.test_browser import ARTIFACTS, CHROMIUM_ARGS, PASSWORD, TRACK_SOCKETS
 
 from playwright.sync_api import expect  # noqa: E402  (after test_browser's Chromium check)
 
-from dashboard.rollup_services import rollups_update  # noqa: E402
-from dashboard.summarizer import traces_summarize  # noqa: E402
+from analytics.rollup_services import rollups_update  # noqa: E402
+from analytics.summarizer import traces_summarize  # noqa: E402
 from store import get_store  # noqa: E402
 from tests.conftest import BROWSER_TIMEOUT_MS, wait_until  # noqa: E402
 from tests.spans import llm_trace  # noqa: E402

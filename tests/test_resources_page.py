@@ -48,7 +48,7 @@ def test_latest_figures_per_host_and_gpu(client, make_user, project_with_key):
 # --- over time -----------------------------------------------------------------------------------
 from datetime import datetime, timedelta, timezone  # noqa: E402
 
-from dashboard.selectors import bucket_seconds, resources_hosts, resources_series  # noqa: E402
+from analytics.selectors import bucket_seconds, resources_hosts, resources_series  # noqa: E402
 
 S = 10**9
 
@@ -104,7 +104,7 @@ def test_series_buckets_average_and_peak_and_leave_gaps(make_user, project_with_
 
 
 def test_request_rate_and_p95_beside_the_resources_come_from_the_rollups(client, make_user, project_with_key):
-    from dashboard.rollup_services import rollups_rebuild
+    from analytics.rollup_services import rollups_rebuild
 
     alice = make_user()
     mine, _ = project_with_key(members=[alice])

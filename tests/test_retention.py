@@ -15,8 +15,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from config.celery import app
-from dashboard import rollup_services, rollups, summarizer
-from dashboard.retention_services import RETENTION_COLUMNS, RETENTION_EXEMPT, retention_enforce
+from analytics import rollup_services, rollups, summarizer
+from analytics.retention_services import RETENTION_COLUMNS, RETENTION_EXEMPT, retention_enforce
 from projects.models import Project
 from store import get_store
 from store.schema import SPANS, TABLES

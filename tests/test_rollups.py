@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from dashboard import rollup_services, rollups, summarizer
+from analytics import rollup_services, rollups, summarizer
 from analytics.trace_math import PHASES
 from store import get_store
 from tests.rollup_support import QUANTILES, exact_from_spans, exact_ms, insert_spans, random_trace

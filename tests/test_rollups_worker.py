@@ -86,4 +86,4 @@ def test_celery_worker_over_redis_builds_the_rollups_the_page_shows():
         except AssertionError as exc:
             raise AssertionError(f"{exc}\nworker log:\n{server.log()}") from None
         log = server.log()
-    assert "dashboard.tasks.summarize_traces" in log and "dashboard.tasks.update_rollups" in log  # ran in the worker
+    assert "analytics.tasks.summarize_traces" in log and "analytics.tasks.update_rollups" in log  # ran in the worker

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from dashboard import rollup_services, summarizer
+from analytics import rollup_services, summarizer
 from tests.rollup_support import exact_from_spans, exact_ms, insert_spans, random_trace
 
 pytestmark = [pytest.mark.django_db]

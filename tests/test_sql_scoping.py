@@ -108,7 +108,7 @@ def test_the_check_flags_unscoped_reads_and_inlined_input():
 
 
 # Functions whose SQL reads FROM a source their caller built (already filtered by project_id).
-BUILT_BY_CALLER = {("dashboard/rollups.py", "_quantiles_query")}
+BUILT_BY_CALLER = {("analytics/rollups.py", "_quantiles_query")}
 
 
 def test_every_function_reading_a_project_table_names_project_id():

@@ -10,8 +10,8 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 
-from dashboard import summarizer
-from dashboard.prices import model_price_set, prices_for_project
+from analytics import summarizer
+from analytics.prices import model_price_set, prices_for_project
 from ingest.schemas import Limits, parse_span
 from ingest.services import traces_group
 from store import get_store
@@ -141,7 +141,7 @@ def test_rebuild_summarises_a_time_range(project_with_key):
 def test_command_rebuilds_summaries_and_rollups(project_with_key, capsys):
     from django.core.management import call_command
 
-    from dashboard import rollups
+    from analytics import rollups
 
     project, _ = project_with_key(name="bulk-loaded")
     base = time.time_ns() - 2 * 86400 * 1_000_000_000

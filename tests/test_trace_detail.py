@@ -249,7 +249,7 @@ def test_compare_two_traces_and_against_endpoint_p50(client, make_user, project_
 
 
 def test_cost_is_estimated_from_the_price_table_and_marked(client, make_user, project_with_key):
-    from dashboard.prices import model_price_set
+    from analytics.prices import model_price_set
 
     alice = make_user()
     project, _ = project_with_key(members=[alice])

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from alerts.latency import latency_fetch
-from dashboard import rollups
+from analytics import rollups
 from store import get_store
 from tests.panel_seed import seed_rolled_up
 from tests.spans import llm_trace, span_id

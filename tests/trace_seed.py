@@ -8,8 +8,8 @@ import json
 import random
 import time
 
-from dashboard.prices import prices_for_project
-from dashboard.summarizer import trace_row
+from analytics.prices import prices_for_project
+from analytics.summarizer import trace_row
 from analytics.trace_math import SPAN_FIELDS_SQL
 from ingest.schemas import Limits, parse_span
 from store import get_store

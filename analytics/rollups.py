@@ -1,7 +1,7 @@
 """Reads of the rollups: the figures of DOMAIN.md "Over a time window" for the overview, costs and
 compare pages and the series JSON endpoints, served from the minute/hour/day rollups.
 
-Same interface and result types as ``dashboard.panel_selectors`` (which computes them exactly
+Same interface and result types as ``analytics.panel_selectors`` (which computes them exactly
 from ``traces``), so a page switches by its import. Each read picks its tables by range:
 
 - series whose step is under a minute (short windows) read ``traces`` directly
@@ -258,7 +258,7 @@ def window_stats(*, project_id: int, start: datetime, end: datetime, service: st
         return _empty(seconds)
     _check(histograms)
     sums, quantiles = _read(segments, project_id=project_id, service=service, model=model, hists=tuple(histograms),
-                            step=None, tag="dashboard.rollups.window_stats")
+                            step=None, tag="analytics.rollups.window_stats")
     return _stats(sums[0], quantiles.get(0, {}), seconds) if 0 in sums else _empty(seconds)
 
 
@@ -297,7 +297,7 @@ def request_rates(*, project_id: int, spans: list[tuple[datetime, datetime]], se
               "service": service, "model": model}
     for i, (lo, hi) in enumerate(bounds):
         params[f"lo{i}"], params[f"hi{i}"] = lo, hi
-    r = get_store().query(_RATES_SQL.format(counts=counts), params, tag="dashboard.rollups.request_rates").dicts()[0]
+    r = get_store().query(_RATES_SQL.format(counts=counts), params, tag="analytics.rollups.request_rates").dicts()[0]
     return [Rate(requests=int(r[f"n{i}"]), seconds=(b - a).total_seconds()) for i, (a, b) in enumerate(spans)]
 
 
@@ -329,7 +329,7 @@ def window_series(*, project_id: int, start: datetime, end: datetime, service: s
     segments = window_pieces(start, end, step)
     if segments:
         sums, quantiles = _read(segments, project_id=project_id, service=service, model=model,
-                                hists=tuple(histograms), step=step, tag="dashboard.rollups.window_series")
+                                hists=tuple(histograms), step=step, tag="analytics.rollups.window_series")
         for t, r in sums.items():
             i = index.get(t)
             if i is not None:
@@ -356,7 +356,7 @@ def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service:
                f" FROM {source} ARRAY JOIN mapKeys(e2e_hist) AS k, mapValues(e2e_hist) AS c GROUP BY t, lat")
         edges = "[" + ",".join(str(_first_key_at_least(edge)) for edge in LATENCY_EDGES_MS) + "]"
         for r in get_store().query(sql, {"project_id": project_id, "service": service, "model": model, "step": step,
-                                         "firsts": edges, **params}, tag="dashboard.rollups.latency_heatmap").dicts():
+                                         "firsts": edges, **params}, tag="analytics.rollups.latency_heatmap").dicts():
             i = index.get(int(r["t"]))
             if i is not None:
                 counts[int(r["lat"])][i] += int(r["n"])
@@ -389,7 +389,7 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
         sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, "
                f"sumMap({_per_model('model_cost_usd')}) AS costs FROM {source} GROUP BY t HAVING sum(requests) > 0")
         for r in get_store().query(sql, {"project_id": project_id, "service": service, "model": model, "step": step,
-                                         **params}, tag="dashboard.rollups.spend_by_model").dicts():
+                                         **params}, tag="analytics.rollups.spend_by_model").dicts():
             i = index.get(int(r["t"]))
             if i is None:
                 continue
@@ -421,7 +421,7 @@ def model_totals(*, project_id: int, start: datetime, end: datetime, service: st
         f"SELECT sumMap({_per_model('model_cost_usd')}) AS costs, sumMap({_per_model('model_input_tokens')}) AS ins,"
         f" sumMap({_per_model('model_output_tokens')}) AS outs FROM {source}",
         {"project_id": project_id, "service": service, "model": model, **params},
-        tag="dashboard.rollups.model_totals").dicts()[0]
+        tag="analytics.rollups.model_totals").dicts()[0]
     names = set(r["costs"]) | set(r["ins"]) | set(r["outs"])
     rows = [ModelTotals(model=m or "(no model)", input_tokens=int(r["ins"].get(m, 0)),
                         output_tokens=int(r["outs"].get(m, 0)), cost_usd=float(r["costs"].get(m, 0.0))) for m in names]
@@ -468,7 +468,7 @@ def spend_projection(*, project_id: int, now: datetime | None = None, service: s
     end = now or datetime.now(timezone.utc)
     start = end - timedelta(days=PROJECTION_DAYS)
     first = get_store().query(_FIRST_REQUEST_SQL, {"project_id": project_id, "start_ns": _ns(start), "end_ns": _ns(end)},
-                              tag="dashboard.rollups.first_request").scalar()
+                              tag="analytics.rollups.first_request").scalar()
     if first is None:
         return SpendProjection(start=start, end=end, covered_seconds=0.0, cost_covered=0.0, projected_monthly=0.0,
                                by_model={})
@@ -480,7 +480,7 @@ def spend_projection(*, project_id: int, now: datetime | None = None, service: s
     source, params = _source(segments, "bucket, model, cost_usd, model_cost_usd")
     r = get_store().query(f"SELECT sum(cost_usd) AS cost, sumMap({_per_model('model_cost_usd')}) AS costs FROM {source}",
                           {"project_id": project_id, "service": service, "model": model, **params},
-                          tag="dashboard.rollups.spend_projection").dicts()[0]
+                          tag="analytics.rollups.spend_projection").dicts()[0]
     scale = MONTH_SECONDS / covered
     by_model = {(m or "(no model)"): float(c) * scale for m, c in sorted(r["costs"].items())}
     cost = float(r["cost"] or 0.0)
@@ -618,7 +618,7 @@ def compare_attribute(*, project_id: int, start: datetime, end: datetime, key: s
     rows = {r["side"]: r for r in get_store().query(_ATTRIBUTE_SQL, {
         "project_id": project_id, "start_ns": _ns(start), "end_ns": _ns(end), "key": key,
         "value_a": value_a, "value_b": value_b, "service": service, "model": model,
-    }, tag="dashboard.rollups.compare_attribute").dicts()}
+    }, tag="analytics.rollups.compare_attribute").dicts()}
 
     def side(value: str) -> WindowStats:
         r = rows.get(value)

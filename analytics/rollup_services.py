@@ -176,7 +176,7 @@ def rollup_buckets_recompute(*, project_id: int, level: str, buckets: Iterable[i
             "project_id": project_id, "version": version,
             "lo_ns": chunk[0] * NS, "hi_ns": (chunk[-1] + step) * NS,
             "buckets": ",".join(str(b) for b in chunk),  # chdb does not quote Array parameters
-        }, tag=f"dashboard.rollup_services.recompute_{level}")
+        }, tag=f"analytics.rollup_services.recompute_{level}")
     return len(buckets)
 
 
@@ -235,7 +235,7 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         until_ms = clock // 1_000_000
         since_ms = max(0, watermark_get(project_id=project_id, job=JOB) - overlap_ms)
         marked = get_store().query(_DIRTY_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
-                                   tag="dashboard.rollup_services.dirty").rows
+                                   tag="analytics.rollup_services.dirty").rows
         if not marked:
             continue  # nothing was summarised: no rollup can have changed (and nothing is written)
         now_s = (now_ns or clock) // NS

@@ -142,7 +142,7 @@ def window_stats(*, project_id: int, start: datetime, end: datetime, service: st
     if release:
         sql += f" AND trace_id IN ({_ATTRIBUTE_TRACES})"
         params.update(attr_key=release[0], attr_value=release[1])
-    r = get_store().query(sql, params, tag="dashboard.panel_selectors.window_stats").dicts()[0]
+    r = get_store().query(sql, params, tag="analytics.panel_selectors.window_stats").dicts()[0]
     return _stats(r, (end - start).total_seconds())
 
 
@@ -178,7 +178,7 @@ def window_series(*, project_id: int, start: datetime, end: datetime, service: s
            f"{_AGGREGATES} FROM traces FINAL WHERE {_FILTER} GROUP BY bucket_ms ORDER BY bucket_ms")
     buckets: list[WindowStats | None] = [None] * len(times)
     for r in get_store().query(sql, _params(project_id, start, end, service, model, step_ms=step * 1000),
-                               tag="dashboard.panel_selectors.window_series").dicts():
+                               tag="analytics.panel_selectors.window_series").dicts():
         i = index.get(r["bucket_ms"])
         if i is not None:
             buckets[i] = _stats(r, step)
@@ -220,7 +220,7 @@ def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service:
            f"FROM traces FINAL WHERE {_FILTER} GROUP BY bucket_ms, lat")
     counts = [[0] * len(times) for _ in range(len(LATENCY_EDGES_MS) + 1)]
     params = _params(project_id, start, end, service, model, step_ms=step * 1000, edges=list(LATENCY_EDGES_MS))
-    for r in get_store().query(sql, params, tag="dashboard.panel_selectors.latency_heatmap").dicts():
+    for r in get_store().query(sql, params, tag="analytics.panel_selectors.latency_heatmap").dicts():
         i = index.get(r["bucket_ms"])
         if i is not None:
             counts[r["lat"]][i] += r["n"]
@@ -247,7 +247,7 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
            f"FROM traces FINAL WHERE {_FILTER} GROUP BY bucket_ms ORDER BY bucket_ms")
     out: dict[str, list[float | None]] = {}
     for r in get_store().query(sql, _params(project_id, start, end, service, model, step_ms=step * 1000),
-                               tag="dashboard.panel_selectors.spend_by_model").dicts():
+                               tag="analytics.panel_selectors.spend_by_model").dicts():
         i = index.get(r["bucket_ms"])
         if i is not None:
             for m, cost in r["costs"].items():
@@ -263,7 +263,7 @@ def panel_facets(*, project_id: int, start: datetime, end: datetime) -> dict[str
         " WHERE project_id = {project_id:UInt64} AND requests > 0"
         " AND bucket >= toStartOfHour(toDateTime({start_s:UInt32}, 'UTC')) AND bucket < toDateTime({end_s:UInt32}, 'UTC')",
         {"project_id": project_id, "start_s": int(start.timestamp()), "end_s": int(end.timestamp()) + 1},
-        tag="dashboard.panel_selectors.panel_facets").dicts()[0]
+        tag="analytics.panel_selectors.panel_facets").dicts()[0]
     return {"services": sorted(s for s in r["services"] if s), "models": sorted(m for m in r["models"] if m)}
 
 
@@ -276,7 +276,7 @@ def attribute_values(*, project_id: int, start: datetime, end: datetime, key: st
         " AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})"
         " AND (mapContains(attributes, {attr_key:String}) OR mapContains(resource_attributes, {attr_key:String}))",
         _params(project_id, start, end, "", "", attr_key=key, limit=limit),
-        tag="dashboard.panel_selectors.attribute_values").dicts()[0]
+        tag="analytics.panel_selectors.attribute_values").dicts()[0]
     return sorted(v for v in r["vals"] if v)
 
 
@@ -309,7 +309,7 @@ def first_request_since(*, project_id: int, since: datetime) -> datetime | None:
         "SELECT min(bucket) AS first, count() AS n FROM rollup_minute"
         " WHERE project_id = {project_id:UInt64} AND requests > 0 AND bucket >= toDateTime({since_s:UInt32}, 'UTC')",
         {"project_id": project_id, "since_s": int(since.timestamp()) // 60 * 60},
-        tag="dashboard.panel_selectors.first_request_since").dicts()[0]
+        tag="analytics.panel_selectors.first_request_since").dicts()[0]
     if not r["n"]:
         return None
     first = r["first"]

@@ -48,8 +48,8 @@ class Command(BaseCommand):
         parser.add_argument("--rollups-only", action="store_true", help="keep the summaries, rebuild the rollups")
 
     def handle(self, *args, project, days, since, until, rollups_only, **options):
-        from dashboard.rollup_services import rollups_rebuild
-        from dashboard.summarizer import traces_rebuild
+        from analytics.rollup_services import rollups_rebuild
+        from analytics.summarizer import traces_rebuild
 
         target = Project.objects.filter(pk=int(project)).first() if project.isdigit() else None
         target = target or Project.objects.filter(name=project).first()

@@ -57,7 +57,7 @@ def resources_latest(*, project_id: int, since_seconds: int = 3600) -> list[Reso
     result = get_store().query(
         _RESOURCES_LATEST_SQL,
         {"project_id": project_id, "since_ns": time.time_ns() - since_seconds * NS},
-        tag="dashboard.selectors.resources_latest",
+        tag="analytics.selectors.resources_latest",
     )
     return [
         ResourceRow(
@@ -77,7 +77,7 @@ def first_sample_since(*, project_id: int, since: datetime) -> datetime | None:
         "SELECT min(time) AS first, count() AS n FROM resource_samples WHERE project_id = {project_id:UInt64}"
         " AND time >= fromUnixTimestamp64Milli({since_ms:Int64})",
         {"project_id": project_id, "since_ms": int(since.timestamp() * 1000)},
-        tag="dashboard.selectors.first_sample_since").dicts()[0]
+        tag="analytics.selectors.first_sample_since").dicts()[0]
     if not r["n"]:
         return None
     first = r["first"]
@@ -245,7 +245,7 @@ def resources_hosts(*, project_id: int, start: datetime, end: datetime, limit: i
         " AND bucket >= toStartOfHour(fromUnixTimestamp64Milli({start_ms:Int64}))"
         " AND bucket < fromUnixTimestamp64Milli({end_ms:Int64}) ORDER BY host LIMIT {limit:UInt32}",
         {"project_id": project_id, "start_ms": int(start.timestamp() * 1000), "end_ms": int(end.timestamp() * 1000),
-         "limit": limit}, tag="dashboard.selectors.resources_hosts")
+         "limit": limit}, tag="analytics.selectors.resources_hosts")
     return [r[0] for r in result.rows]
 
 
@@ -262,7 +262,7 @@ def resources_series(*, project_id: int, start: datetime, end: datetime, host: s
     store = get_store()
     rollup_sql = _rollup_sql(_RESOURCES_MINUTE_SQL, step)  # whole minutes or hours: a rollup
     devices: dict[tuple[str, int], dict] = {}
-    rows = store.query(rollup_sql or _RESOURCES_SERIES_SQL, params, tag="dashboard.selectors.resources_series").dicts()
+    rows = store.query(rollup_sql or _RESOURCES_SERIES_SQL, params, tag="analytics.selectors.resources_series").dicts()
     for r in rows:
         key = (r["host"], r["gpu_index"])
         metrics = HOST_METRICS if r["gpu_index"] < 0 else GPU_METRICS
@@ -298,10 +298,10 @@ def _process_rows(store, params: dict, *, step: int):
     """(host, gpu_index, pid, name, bucket_ms, peak GPU memory) per process and bucket."""
     rollup_sql = _rollup_sql(_RESOURCES_MINUTE_PROCESSES_SQL, step)
     if rollup_sql is None:
-        for r in store.query(_RESOURCES_PROCESSES_SQL, params, tag="dashboard.selectors.resources_processes").dicts():
+        for r in store.query(_RESOURCES_PROCESSES_SQL, params, tag="analytics.selectors.resources_processes").dicts():
             yield r["host"], r["gpu_index"], r["pid"], r["name"], r["bucket_ms"], r["memory_bytes"]
         return
-    for r in store.query(rollup_sql, params, tag="dashboard.selectors.resources_processes").dicts():
+    for r in store.query(rollup_sql, params, tag="analytics.selectors.resources_processes").dicts():
         names = {int(pid): name for pid, name in r["names"]}
         pids, memory = r["memory"]
         for pid, value in zip(pids, memory):
