@@ -1,4 +1,4 @@
-from dashboard.project_scope import current_project
+from projects.scope import current_project
 
 from .selectors import alerts_firing_payload
 

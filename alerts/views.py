@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from dashboard.project_scope import current_project
+from projects.scope import current_project
 from store import StoreError
 
 from . import selectors, services

@@ -1,6 +1,5 @@
+from projects.scope import current_project as _current_project
 from projects.selectors import projects_for_user
-
-from .project_scope import current_project as _current_project
 
 
 def current_project(request):

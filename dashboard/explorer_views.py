@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import render
 
+from projects.scope import current_project
 from store import StoreError
 
 from .charts import PHASE_COLORS
@@ -19,7 +20,6 @@ from .explorer import (
     QueryError, explorer_count, explorer_facets, explorer_page, explorer_rows_for_ids,
 )
 from .filters import FilterBar, filter_bar_from_query
-from .project_scope import current_project
 from .views import json_login_required
 
 log = logging.getLogger("tracedash.dashboard")

@@ -20,12 +20,12 @@ from datetime import datetime, timezone
 from django.http import Http404, JsonResponse
 from django.views.decorators.http import require_GET
 
+from analytics import rollups
 from ingest.auth import authenticate_request
 from ingest.http import ApiError
+from projects.scope import current_project
 from store import StoreError
 
-from analytics import rollups
-from .project_scope import current_project
 from .timewindow import MAX_SPAN, PRESETS
 
 log = logging.getLogger("tracedash.dashboard.series_api")

@@ -14,12 +14,12 @@ from django.views.decorators.http import require_GET
 
 from ingest.auth import authenticate_request
 from ingest.http import ApiError
+from projects.scope import current_project
 from projects.selectors import project_for_user, projects_for_user
 from store import StoreError
 
 from . import trace_detail
 from .charts import PHASE_COLORS
-from .project_scope import current_project
 from .views import STORE_DOWN
 
 log = logging.getLogger("tracedash.dashboard")

@@ -13,18 +13,17 @@ from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 
+from analytics import panel_selectors, rollups, selectors
+from analytics.rollups import PROJECTION_DAYS
+from projects.scope import current_project
 from store import StoreError, get_store
 
 from . import panels
-
-from analytics import panel_selectors, rollups, selectors
 from .compare import MODES as COMPARE_MODES
 from .compare import compare_query_from, compare_rows
 from .compare import side_stats as compare_side_stats
 from .filters import FilterBar, filter_bar_from_query
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
-from .project_scope import current_project
-from analytics.rollups import PROJECTION_DAYS
 from .series_api import projection_label
 from .templatetags.explorer_tags import kpi_traces_link
 from .timewindow import PRESETS, TimeWindow, window_from_query

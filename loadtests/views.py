@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from dashboard.project_scope import current_project
+from projects.scope import current_project
 from dashboard.views import json_login_required
 
 from . import selectors

@@ -2,7 +2,7 @@
 and members, and the user's projects.
 
 Every action names its project with ``?project=<id>`` like every other page; a project the user is
-not a member of is a 404 (``dashboard.project_scope.current_project``), and a key or membership is
+not a member of is a 404 (``projects.scope.current_project``), and a key or membership is
 looked up inside that project only, so another project's object is a 404 too. A new key's secret is
 rendered once, in the answer to the POST that made it (``Cache-Control: no-store``): it is never
 stored, put in a URL, the session or a message.
@@ -22,9 +22,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from dashboard.project_scope import SESSION_KEY, current_project
-
 from . import selectors, services
+from .scope import SESSION_KEY, current_project
 from .forms import ApiKeyCreateForm, MemberAddForm, ProjectCreateForm, RetentionForm
 
 TEMPLATE = "dashboard/settings.html"

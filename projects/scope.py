@@ -1,11 +1,12 @@
-"""Which project a dashboard request is about: ``?project=<id>`` (remembered in the session),
-else the one chosen before, else the user's first. Only projects the user is a member of."""
+"""Which project a page request is about (dashboard, alerts, load tests, settings): ``?project=<id>``
+(remembered in the session), else the one chosen before, else the user's first. Only projects the
+user is a member of."""
 
 from __future__ import annotations
 
 from django.http import Http404
 
-from projects.selectors import project_for_user, projects_for_user
+from .selectors import project_for_user, projects_for_user
 
 SESSION_KEY = "tracedash_project_id"
 
