@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
-from dashboard.charts import figure, figure_dict, threshold_line
+from charts import figure, figure_dict, threshold_line
 from store import get_store
 
 from .latency import figures_sql, series_from_row, summaries_bring_up_to_date

@@ -11,10 +11,10 @@ from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import render
 
+from charts import PHASE_COLORS
 from projects.scope import current_project
 from store import StoreError
 
-from .charts import PHASE_COLORS
 from .explorer import (
     DIRECTIONS, MIN_TRACE_ID_PREFIX, MS, PAGE_SIZE, PHASES, SORTS, STATUSES, TRACE_ID_PREFIX, Cursor, ExplorerQuery,
     QueryError, explorer_count, explorer_facets, explorer_page, explorer_rows_for_ids,

@@ -2,7 +2,7 @@
 results. Pure functions of their input: the JSON endpoints and the pages serve the same figures.
 
 The figures are built as plain dicts (``Fig``) with the base layout and phase colours of
-``dashboard.charts``, not through ``plotly.graph_objects``: its validation took 200-300 ms for the
+``charts``, not through ``plotly.graph_objects``: its validation took 200-300 ms for the
 overview's six figures of 120 points, more than the page's whole query budget (150 ms), and
 plotly.js draws the same JSON. Times are written as UTC wall-clock strings.
 """
@@ -14,11 +14,11 @@ from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlencode
 
-from .charts import BASE_LAYOUT, HEATMAP_COLORSCALE, PHASE_COLORS, mark_alerts, style_figure
-from analytics.rollup_services import HIST_GAMMA
 from analytics.panel_selectors import LatencyHeatmap, ModelSpend, WindowSeries, WindowStats
+from analytics.rollup_services import HIST_GAMMA
 from analytics.selectors import DeviceSeries, LoadSeries, ResourceSeries
 from analytics.trace_math import PHASES
+from charts import BASE_LAYOUT, HEATMAP_COLORSCALE, PHASE_COLORS, mark_alerts, style_figure
 
 GPU_MEMORY_THRESHOLD = 85.0  # DOMAIN.md: GPU memory % (used / total from NVML) >= 85 — scale out
 CPU_THRESHOLD = 70.0  # DOMAIN.md: host CPU % > 70 — pre/post-processing needs optimising
@@ -104,11 +104,11 @@ def figure(**layout) -> Fig:
 
 
 def figure_dict(fig: Fig) -> dict:
-    return style_figure(fig.to_dict())  # units in hovers and axes, money, heatmap colours (dashboard.charts)
+    return style_figure(fig.to_dict())  # units in hovers and axes, money, heatmap colours (charts)
 
 
 def threshold_line(fig: Fig, *, y: float, label: str, color: str = "#b00020") -> None:
-    """A dashed horizontal reference line with its label (as ``dashboard.charts.threshold_line``)."""
+    """A dashed horizontal reference line with its label (as ``charts.threshold_line``)."""
     fig.add_shape(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=y, y1=y,
                   line={"dash": "dash", "color": color, "width": 1})
     fig.add_annotation(xref="x domain", x=0, yref="y", y=y, text=label, showarrow=False,
@@ -172,7 +172,7 @@ def resources_figures(series: ResourceSeries, load: LoadSeries, *, alerts: list[
     figs["fig-gpu-proc"] = figure_dict(proc)
     if alerts:
         for fig in figs.values():
-            mark_alerts(fig, alerts)  # folded markers, details in the hover (dashboard.charts)
+            mark_alerts(fig, alerts)  # folded markers, details in the hover (charts)
     return figs
 
 

@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
+from charts import PHASE_COLORS
 from ingest.auth import authenticate_request
 from ingest.http import ApiError
 from projects.scope import current_project
@@ -19,7 +20,6 @@ from projects.selectors import project_for_user, projects_for_user
 from store import StoreError
 
 from . import trace_detail
-from .charts import PHASE_COLORS
 from .views import STORE_DOWN
 
 log = logging.getLogger("tracedash.dashboard")

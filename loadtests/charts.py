@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.charts import figure, figure_dict
+from charts import figure, figure_dict
 
 OFFERED, ACHIEVED, KNEE = "#4e79a7", "#59a14f", "#b00020"
 LATENCY = {"p50": "#76b7b2", "p95": "#e15759", "p99": "#9c755f"}

@@ -1,4 +1,4 @@
-"""Honest units on every panel figure (dashboard.charts.style_figure): each hover and axis says its
+"""Honest units on every panel figure (charts.style_figure): each hover and axis says its
 unit, money is money, the latency heatmap's densest cells are its darkest, and firing-alert
 markers on the resource charts are folded (a small marker, the rule names in its hover)."""
 
@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from dashboard.charts import HEATMAP_COLORSCALE, mark_alerts, style_figure, unit_of
+from charts import HEATMAP_COLORSCALE, mark_alerts, style_figure, unit_of
 from tests.panel_seed import seed_rolled_up
 from tests.spans import llm_trace
 

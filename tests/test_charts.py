@@ -7,7 +7,7 @@ from django.templatetags.static import static
 from django.test import Client
 
 from config.static_finders import PLOTLY_DIR, PLOTLY_FILE
-from dashboard.charts import figure, figure_dict, threshold_line
+from charts import figure, figure_dict, threshold_line
 
 
 def test_plotly_js_is_served_from_the_plotly_package():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.template import Context, Template
 
-from dashboard.templatetags.panel_tags import money_signed_text, money_text
+from charts.money import money_signed_text, money_text
 
 FORMAT_JS = Path(__file__).resolve().parent.parent / "static" / "tracedash" / "format.js"
 

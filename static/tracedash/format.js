@@ -1,5 +1,5 @@
 // tracedash number formats for the pages' live redraws, the same rules as the server's templates
-// (dashboard/templatetags/panel_tags.py money_text; tests/test_money_format.py checks both on one
+// (charts/money.py money_text; tests/test_money_format.py checks both on one
 // table of cases): "$" first, thousands separators, two decimals from $1 up ($1,234.56), two
 // significant digits below it ($0.0042, $0.00042), "-$1.50" for a negative amount, "–" for none;
 // moneySigned (a difference) adds "+" to a positive amount: "+$0.0012".
@@ -25,7 +25,7 @@
     return sign + "$" + text;
   }
   // A difference of money: "+$0.0012" / "-$0.0012"; zero (after rounding) "$0.00", none "–"
-  // (panel_tags.py money_signed_text).
+  // (charts/money.py money_signed_text).
   function moneySigned(value) {
     var text = money(value);
     if (text.charAt(0) === "$" && Number(text.slice(1).replace(/,/g, "")) !== 0) return "+" + text;

@@ -1,4 +1,6 @@
-"""Plotly figures for the pages: built in Python, embedded as JSON, drawn by static/tracedash/charts.js.
+"""The one plotly look shared by every page — dashboard, alerts (the rule preview) and load tests:
+figures built in Python, embedded as JSON, drawn by static/tracedash/charts.js. A package of its
+own so that alerts and load tests draw charts without importing the dashboard.
 
 A page passes ``figure_dict(fig)`` to the template and writes
 ``{{ fig|json_script:"fig-latency" }}<div class="chart" data-figure="fig-latency"></div>`` after
@@ -12,6 +14,8 @@ import json
 from datetime import datetime, timezone
 
 import plotly.graph_objects as go
+
+from .money import money_signed_text, money_text  # noqa: F401 - money_signed_text: for importers of charts
 
 # Phase colours, shared by every chart and the waterfall so a phase looks the same everywhere.
 PHASE_COLORS = {
@@ -121,8 +125,6 @@ def style_figure(fig: dict) -> dict:
         category = (layout.get("xaxis") or {}).get("type") == "category"
         label = "%{x}" if category else "%{fullData.name}"
         if unit == MONEY:
-            from .templatetags.panel_tags import money_text
-
             trace["hovertext"] = [None if v is None else money_text(v) for v in trace.get("y") or []]
             trace["hovertemplate"] = label + ": %{hovertext}<extra></extra>"
         else:
@@ -167,3 +169,4 @@ def mark_alerts(fig: dict, alerts) -> None:
                       "text": f'<a href="/alerts/">{glyph}</a>',
                       "hovertext": f"firing since {x} UTC:<br>" + "<br>".join(rules),
                       "hoverlabel": {"bgcolor": "#fff", "bordercolor": ALERT_COLOR}})
+
