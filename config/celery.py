@@ -1,5 +1,5 @@
 """The Celery app. Periodic work is declared once, in ``settings.CELERY_BEAT_SCHEDULE``: a real
-``celery beat`` runs it in production, ``config.embedded_beat`` in the embedded mode."""
+``celery beat`` runs it in production, ``server.embedded_beat`` in the embedded mode."""
 
 import os
 

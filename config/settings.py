@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "alerts",
     "agent",
     "loadtests",
+    "server",
 ]
 
 MIDDLEWARE = [
@@ -119,7 +120,7 @@ if ENV.broker_url:
     CELERY_TASK_ALWAYS_EAGER = False
 else:
     # Embedded: no broker. Tasks run where they are called and the beat schedule runs in a
-    # thread of the serving process (config.embedded_beat).
+    # thread of the serving process (server.embedded_beat).
     CELERY_BROKER_URL = "memory://"
     CELERY_RESULT_BACKEND = None
     CELERY_TASK_ALWAYS_EAGER = True

@@ -8,7 +8,7 @@ from celery import shared_task
 
 from agent.sampler import GpuSample, ResourceSampler
 from config.celery import app
-from config.embedded_beat import EmbeddedBeat
+from server.embedded_beat import EmbeddedBeat
 from store import get_store
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]

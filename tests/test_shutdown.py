@@ -256,7 +256,7 @@ class _FakeApp:
 
 
 def test_beat_stop_waits_for_the_running_task_and_starts_no_other():
-    from config.embedded_beat import EmbeddedBeat
+    from server.embedded_beat import EmbeddedBeat
 
     started, release, calls = threading.Event(), threading.Event(), []
     app = _FakeApp({"a": _FakeTask(started, release, calls), "b": _FakeTask(threading.Event(), release, calls)})

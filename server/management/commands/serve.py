@@ -85,7 +85,7 @@ class Command(BaseCommand):
                     self.stdout.write(f"tracedash: replaying {writer.spool.pending()} spooled batch(es) into ClickHouse")
             if settings.ENV.embedded_beat and settings.CELERY_BEAT_SCHEDULE:
                 from config.celery import app
-                from config.embedded_beat import EmbeddedBeat
+                from server.embedded_beat import EmbeddedBeat
 
                 beat = EmbeddedBeat(app, settings.CELERY_BEAT_SCHEDULE)
                 beat.start()
