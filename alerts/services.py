@@ -495,6 +495,18 @@ def _delivery_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def deliveries_wait(*, timeout: float = 30.0) -> None:
+    """Let the notifications this process is sending finish, for at most ``timeout`` seconds (the
+    serving process ends with os._exit, which would not wait for them; one cut off is retried at
+    the next start, as its row says it was not sent). No wait when none was handed to the pool."""
+    pool = _pool
+    if pool is None:
+        return
+    waiter = threading.Thread(target=pool.shutdown, kwargs={"wait": True}, name="tracedash-alert-wait", daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+
+
 def _due_ids(now: datetime) -> list[int]:
     return list(Notification.objects.filter(
         Q(status=Notification.Status.PENDING, next_attempt_at__lte=now)

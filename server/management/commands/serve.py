@@ -4,31 +4,14 @@ Applies both migrations (Django's and ClickHouse's), makes sure a local admin ac
 project exist (printing the credentials once, on first start), starts the in-process beat when no
 broker is configured, and serves the ASGI app with uvicorn until Ctrl-C.
 
-Ctrl-C (SIGINT) or SIGTERM stops in this order, every time:
-
-1. the demo workload stops and its SDK exporter sends its last spans, while the server still serves;
-2. the server stops accepting, and answers the requests it has (each after its rows are stored);
-3. the ingest writer writes what is queued, the replayer stops between spool segments;
-4. the in-process beat starts no new task and the running one finishes;
-5. the embedded ClickHouse (chdb) is closed once, after the last call into it has returned;
-6. "tracedash: stopped." is printed and the process ends. With the embedded store it ends with
-   ``os._exit`` once all of the above is done: chdb's C++ background threads (merges) are still
-   alive then, and the interpreter's normal teardown destroying chdb's globals under them is what
-   used to crash (a segmentation fault after "stopped.").
-
-A second Ctrl-C while the demo flushes stops the server without waiting for it (a third does not
-wait for open connections either). During the final steps a Ctrl-C is answered with a note (they
-are bounded); another one ends the process at once.
+Ctrl-C (SIGINT) or SIGTERM stops it in a fixed order (``server.shutdown``).
 """
 
 from __future__ import annotations
 
 import faulthandler
 import logging
-import os
 import signal
-import sys
-import threading
 
 import uvicorn
 from django.conf import settings
@@ -36,6 +19,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from store import StoreError, get_store
+
+from server.shutdown import DemoFirstServer, StopNotes, hard_exit, main_thread, stop_in_order
 
 log = logging.getLogger("tracedash.serve")
 DEMO_KEY_NAME = "demo (make run)"
@@ -75,7 +60,7 @@ class Command(BaseCommand):
 
         writer = beat = demo = previous = None
         failed = False
-        notes = _StopNotes()
+        notes = StopNotes()
         try:
             if workers == 1:
                 from ingest.writer import get_writer
@@ -99,10 +84,10 @@ class Command(BaseCommand):
             else:
                 config = uvicorn.Config(_asgi_app(), host=host, port=port, lifespan="off", log_level="info",
                                         proxy_headers=True, access_log=False)
-                server = _Server(config, before_stop=demo.stop if demo is not None else None, out=self.stdout)
+                server = DemoFirstServer(config, before_stop=demo.stop if demo is not None else None, out=self.stdout)
                 # uvicorn puts this handler back when it returns: no Ctrl-C can then fall between
                 # the server's end and the steps below as a KeyboardInterrupt.
-                previous = signal.signal(signal.SIGINT, notes) if _main_thread() else None
+                previous = signal.signal(signal.SIGINT, notes) if main_thread() else None
                 try:
                     server.run()
                 except SystemExit:  # uvicorn's answer to an address it cannot listen on
@@ -122,42 +107,16 @@ class Command(BaseCommand):
             log.exception("tracedash: serving failed")
         finally:
             notes.stopping = True
-            clean = self._shutdown(demo=demo, beat=beat, writer=writer, store=store, notes=notes)
+            clean = stop_in_order(demo=demo, beat=beat, writer=writer, store=store, notes=notes,
+                                  out=self.stdout, err=self.stderr)
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         if embedded:
             # chdb's C++ background threads outlive every close; letting the interpreter tear down
             # its globals under them is what crashed. Everything is stored and closed by now.
-            _exit(0 if clean and not failed else 1)
+            hard_exit(0 if clean and not failed else 1)
         if failed:
             raise CommandError(f"could not serve on {host}:{port}")
-
-    def _shutdown(self, *, demo, beat, writer, store, notes) -> bool:
-        """The orderly end (see the module docstring); True when every step finished cleanly."""
-        previous = signal.signal(signal.SIGINT, notes) if _main_thread() else None
-        clean = True
-        try:
-            if demo is not None:
-                demo.stop()  # normally done already, before the server stopped
-            if beat is not None:
-                beat.request_stop()  # winds down while the writer drains
-            if writer is not None:
-                from ingest.writer import stop_writer
-
-                clean &= stop_writer()  # writes what is queued (or spools it) before the store closes
-            if beat is not None:
-                clean &= beat.stop()
-            _wait_for_alert_deliveries()
-            if not store.close():
-                clean = False
-                self.stderr.write("tracedash: a ClickHouse call was still running after 60 s; "
-                                  "stopping without closing the store")
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-        self.stdout.write("tracedash: stopped." if clean else "tracedash: stopped (not cleanly, see above).")
-        self.stdout.flush()
-        return clean
 
     def _start_demo(self, host, port):
         """The demo workload (simulated LLM chat service + OpenAI-compatible simulator), sending
@@ -206,84 +165,3 @@ def _asgi_app():
     from config.asgi import application
 
     return application
-
-
-def _wait_for_alert_deliveries(timeout: float = 30.0) -> None:
-    """Let notifications being sent finish (the process ends with os._exit, which would not wait
-    for them; one cut off is retried at the next start, as its row says it was not sent)."""
-    services = sys.modules.get("alerts.services")
-    pool = getattr(services, "_pool", None)
-    if pool is None:
-        return
-    waiter = threading.Thread(target=pool.shutdown, kwargs={"wait": True}, name="tracedash-alert-wait", daemon=True)
-    waiter.start()
-    waiter.join(timeout)
-
-
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-def _exit(code: int) -> None:
-    """Flush what was written, then end the process without the interpreter's teardown."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's single-process server with tracedash's stop: the first Ctrl-C (or SIGTERM) runs
-    ``before_stop`` (the demo's stop and flush) in a thread while the server goes on serving, then
-    the server stops. The signal is not re-raised afterwards (uvicorn's own handler does that, and
-    the KeyboardInterrupt it turns into could cut the orderly shutdown short)."""
-
-    def __init__(self, config, *, before_stop=None, out=None):
-        super().__init__(config)
-        self.before_stop = before_stop
-        self.out = out
-        self._stop_thread: threading.Thread | None = None
-
-    def handle_exit(self, sig, frame):
-        if self._stop_thread is None and self.before_stop is not None:
-            self._stop_thread = threading.Thread(target=self._stop_after, name="tracedash-stop", daemon=True)
-            self._stop_thread.start()
-            return
-        if self.should_exit and sig == signal.SIGINT:
-            self.force_exit = True  # a third Ctrl-C: do not wait for open connections
-        self.should_exit = True
-
-    def _stop_after(self):
-        try:
-            if self.out is not None:
-                self.out.write("tracedash: stopping: the demo sends its last spans, then the server stops…")
-                self.out.flush()
-            self.before_stop()
-        except Exception:  # noqa: BLE001 - the server must stop regardless
-            log.exception("stopping the demo failed")
-        finally:
-            self.should_exit = True
-
-
-class _StopNotes:
-    """SIGINT once the server has stopped and the final steps run: say what is happening (they are
-    bounded); a second one ends the process at once. Before that, a plain KeyboardInterrupt."""
-
-    def __init__(self):
-        self.stopping = False
-        self.count = 0
-
-    def __call__(self, sig, frame):
-        if not self.stopping:
-            raise KeyboardInterrupt
-        self.count += 1
-        if self.count >= 2:
-            _exit(130)
-        try:
-            os.write(2, b"tracedash: still stopping: writing queued spans and closing ClickHouse "
-                        b"(Ctrl-C again ends at once)\n")
-        except OSError:
-            pass
