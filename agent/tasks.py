@@ -1,17 +1,23 @@
 """The embedded server's in-process sampler: the local machine's resources, recorded for each
-project of this installation, so the Resources page shows the local machine out of the box."""
+project of this installation, so the Resources page shows the local machine out of the box.
+
+The samples go through the ingestion service any agent's ``POST /api/v1/resources`` goes through
+(``ingest.services.resource_samples_ingest``: the same validation, group-commit writer and spool,
+live event), as the JSON objects an agent would send (``agent.sampler.sample_payload``)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from celery import shared_task
 
+from ingest.services import resource_samples_ingest
 from projects.models import Project
-from ingest.services import resources_notify
-from store import get_store
 
-from .sampler import ResourceSampler
+from .sampler import ResourceSampler, sample_payload
+
+log = logging.getLogger("tracedash.agent")
 
 _sampler: ResourceSampler | None = None
 _sampler_lock = threading.Lock()
@@ -26,10 +32,14 @@ def local_sampler() -> ResourceSampler:
 
 
 def resource_samples_record(*, rows: list[dict], project_ids: list[int]) -> int:
-    stamped = [{**row, "project_id": pid} for pid in project_ids for row in rows]
-    count = get_store().insert("resource_samples", stamped, tag="agent.resource_samples_record")
+    """Sampler rows, ingested into each project as an agent's samples are; the rows stored."""
+    samples = [sample_payload(row) for row in rows]
+    count = 0
     for pid in project_ids:
-        resources_notify(project_id=pid, rows=rows)  # open Resources pages redraw
+        stored, rejected = resource_samples_ingest(project_id=pid, samples=samples)
+        count += len(stored)
+        if rejected:
+            log.warning("the local sampler's samples were rejected for project %s: %s", pid, rejected)
     return count
 
 

@@ -1,15 +1,23 @@
-"""Writes of ingested data, and the live event that follows them."""
+"""Writes of ingested data, and the live event that follows them.
+
+Resource samples take one path whoever sends them: an agent over ``POST /api/v1/resources``
+(``ingest.views``) or the embedded server sampling its own host (``agent.tasks``) are both
+validated by ``resource_samples_validate``, written through the process's group-commit writer
+(ClickHouse, or the fsync'd spool when it cannot take them) and announced with the same
+``resources.ingested`` event."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
+import msgspec
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from config.live import group_send
 
+from .schemas import SamplesIn, decode_envelope, parse_each, parse_resource_sample
 from .writer import Outcome, get_writer
 
 # Live events are best-effort: a Redis that accepts connections but answers nothing (frozen,
@@ -74,3 +82,33 @@ def resources_notify(*, project_id: int, rows: list[dict]) -> None:
     """``resources_notify_async`` for synchronous callers (the embedded sampler task)."""
     if rows:
         group_send(traces_group(project_id), _resources_event(rows), wait=False)
+
+
+def resource_samples_validate(items: list, *, project_id: int) -> tuple[list[dict], list[dict]]:
+    """Raw samples of a ``POST /api/v1/resources`` batch -> (rows, rejected), a rejection naming
+    the sample's index, field and what is wrong (the endpoint answers with the same list)."""
+    return parse_each(items, lambda item: parse_resource_sample(item, project_id=project_id))
+
+
+async def resource_samples_store_async(*, project_id: int, rows: list[dict]) -> Outcome | None:
+    """Store validated sample rows of one project through the writer, then announce them. The
+    writer's refusals (``Overloaded``, ``SpoolFull``, a store error) are raised to the caller."""
+    if not rows:
+        return None
+    outcome = await get_writer().submit_async("resource_samples", rows)
+    await resources_notify_async(project_id=project_id, rows=rows)
+    return outcome
+
+
+def resource_samples_ingest(*, project_id: int, samples: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The ``POST /api/v1/resources`` ingestion for a synchronous caller in this process (the
+    embedded host sampler): ``samples`` as the endpoint's JSON objects (``agent.sampler.sample_payload``)
+    are validated by the same parser, stored through the same writer (waiting for it, like a
+    request) and announced with the same event (sent onto the serving loop, ``config.live``).
+    Returns (rows stored, rejected)."""
+    items = decode_envelope(msgspec.json.encode({"samples": samples}), SamplesIn, name="samples")
+    rows, rejected = resource_samples_validate(items, project_id=project_id)
+    if rows:
+        get_writer().write("resource_samples", rows)
+        resources_notify(project_id=project_id, rows=rows)
+    return rows, rejected

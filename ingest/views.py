@@ -19,9 +19,8 @@ from . import otlp
 from .auth import authenticate_request
 from .http import ApiError, read_body
 from .ratelimit import limiter, retry_after_header
-from .schemas import (EnvelopeError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each,
-                      parse_resource_sample, parse_spans)
-from .services import resources_notify_async, traces_notify_async
+from .schemas import EnvelopeError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each, parse_spans
+from .services import resource_samples_store_async, resource_samples_validate, traces_notify_async
 from .spool import SpoolFull
 from .writer import Overloaded, get_writer
 
@@ -76,10 +75,14 @@ def _admit(key, count: int, noun: str) -> None:
 
 async def _write(table: str, rows: list) -> None:
     """Rows are acknowledged once in ClickHouse or in the fsync'd spool; else a 503."""
-    if not rows:
-        return
+    if rows:
+        await _stored(get_writer().submit_async(table, rows))
+
+
+async def _stored(write) -> None:
+    """Await ``write`` (rows handed to the writer); the writer's refusals become a 503."""
     try:
-        await get_writer().submit_async(table, rows)
+        await write
     except Overloaded as exc:
         raise ApiError(503, "overloaded", f"the server is busy ({exc}); retry later", headers={"Retry-After": "1"}) from exc
     except SpoolFull as exc:
@@ -133,10 +136,9 @@ async def resources_ingest(request):
         except EnvelopeError as exc:
             raise _envelope_error(exc, "samples") from None
         _admit(key, len(items), "samples")
-        rows, rejected = parse_each(items, lambda item: parse_resource_sample(item, project_id=key.project_id))
+        rows, rejected = resource_samples_validate(items, project_id=key.project_id)
         _all_rejected(rows, rejected, "samples")
-        await _write("resource_samples", rows)
-        await resources_notify_async(project_id=key.project_id, rows=rows)
+        await _stored(resource_samples_store_async(project_id=key.project_id, rows=rows))
         return JsonResponse({"accepted": len(rows), "rejected": rejected})
     except ApiError as exc:
         return exc.response()
@@ -176,8 +178,7 @@ async def otlp_metrics(request):
     try:
         key, content_type, points = await _otlp_begin(request, otlp.decode_metrics, "data points")
         rows, rejected = otlp.resource_rows(points, project_id=key.project_id)
-        await _write("resource_samples", rows)
-        await resources_notify_async(project_id=key.project_id, rows=rows)
+        await _stored(resource_samples_store_async(project_id=key.project_id, rows=rows))
         return _otlp_response(content_type, otlp.metrics_response(rejected))
     except ApiError as exc:
         return exc.response()

@@ -28,11 +28,12 @@ import threading
 import uvicorn
 
 from alerts.services import deliveries_wait
+from ingest.writer import stop_writer
 
 log = logging.getLogger("tracedash.serve")
 
 
-def stop_in_order(*, demo, beat, writer, store, notes: StopNotes, out, err) -> bool:
+def stop_in_order(*, demo, beat, store, notes: StopNotes, out, err) -> bool:
     """The orderly end (see the module docstring), its notes written to ``out`` and ``err`` (the
     command's stdout and stderr); True when every step finished cleanly."""
     previous = signal.signal(signal.SIGINT, notes) if main_thread() else None
@@ -42,10 +43,9 @@ def stop_in_order(*, demo, beat, writer, store, notes: StopNotes, out, err) -> b
             demo.stop()  # normally done already, before the server stopped
         if beat is not None:
             beat.request_stop()  # winds down while the writer drains
-        if writer is not None:
-            from ingest.writer import stop_writer
-
-            clean &= stop_writer()  # writes what is queued (or spools it) before the store closes
+        # The process's ingest writer, whoever started it (the requests, or the host sampler in the
+        # beat): it writes what is queued (or spools it) before the store closes. None started: no-op.
+        clean &= stop_writer()
         if beat is not None:
             clean &= beat.stop()
         deliveries_wait(timeout=30.0)  # notifications being sent: os._exit would cut them off

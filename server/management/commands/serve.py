@@ -107,7 +107,7 @@ class Command(BaseCommand):
             log.exception("tracedash: serving failed")
         finally:
             notes.stopping = True
-            clean = stop_in_order(demo=demo, beat=beat, writer=writer, store=store, notes=notes,
+            clean = stop_in_order(demo=demo, beat=beat, store=store, notes=notes,
                                   out=self.stdout, err=self.stderr)
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
