@@ -617,9 +617,9 @@ def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, secon
     store.insert("spans", rows[:1000], tag="bench.raw.warmup", dedup_token=secrets.token_hex(16))
     result = {"parse_native_spans_per_s": round(parse_native), "parse_otlp_spans_per_s": round(parse_otlp)}
     try:
-        from store.backends import _arrow_table  # the Python half of an embedded insert
+        from store.backends import arrow_table  # the Python half of an embedded insert
     except ImportError:
-        _arrow_table = None
+        arrow_table = None
     columns = SPANS.insert_columns
     cpu_started, rows_inserted = _process_cpu_seconds(), 0
     for size in (1000, 10_000):
@@ -636,10 +636,10 @@ def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, secon
             inserts += 1
         result[f"raw_rows_per_s_{size}"] = round(inserted / elapsed)
         result[f"raw_ms_per_insert_{size}"] = round(1000 * elapsed / inserts, 2)
-        if _arrow_table is not None:
+        if arrow_table is not None:
             started = time.perf_counter()
             for _ in range(3):
-                _arrow_table([c.name for c in columns], [c.type for c in columns], rows[:size])
+                arrow_table([c.name for c in columns], [c.type for c in columns], rows[:size])
             result[f"arrow_build_ms_{size}"] = round(1000 * (time.perf_counter() - started) / 3, 2)
         rows_inserted += inserted
         log(f"  raw insert, {size:,}-row batches: {result[f'raw_rows_per_s_{size}']:,} rows/s ({inserts} inserts)")

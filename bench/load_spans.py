@@ -60,8 +60,9 @@ USERS = 20_000
 class Generator:
     """Traces in time order; ``rng`` seeded so runs are reproducible."""
 
-    def __init__(self, *, seed: int, start_ns: int, end_ns: int, traces: int):
+    def __init__(self, *, seed: int, start_ns: int, end_ns: int, traces: int, project_id: int = PROJECT_ID):
         self.rng = random.Random(seed)
+        self.project_id = project_id
         self.start_ns, self.end_ns, self.traces = start_ns, end_ns, traces
         self.step_ns = (end_ns - start_ns) / max(traces, 1)
         self.span_counter = 0
@@ -84,7 +85,7 @@ class Generator:
 
     def _span(self, trace_id, parent, name, phase, service, start, duration, **extra) -> dict:
         row = {
-            "project_id": PROJECT_ID, "trace_id": trace_id, "span_id": self._span_id(), "parent_span_id": parent,
+            "project_id": self.project_id, "trace_id": trace_id, "span_id": self._span_id(), "parent_span_id": parent,
             "name": name, "phase": phase, "service": service, "model": "", "start_time": start,
             "duration_ns": duration, "status": "ok", "status_message": "", "ttft_ns": None,
             "input_tokens": 0, "output_tokens": 0, "cost_usd": None, "attributes": {},
@@ -218,13 +219,16 @@ def progress(done: int, total: int, started: float, label: str) -> None:
     sys.stderr.flush()
 
 
-def load(*, store: Store, spans_wanted: int, days: float, batch: int, seed: int, now_ns: int) -> dict:
+def load(*, store: Store, spans_wanted: int, days: float, batch: int, seed: int, now_ns: int,
+         project_id: int = PROJECT_ID) -> dict:
     """Generate and insert; the insert of one batch (chdb releases the GIL while it writes) runs in
-    a second thread while the next batch is generated."""
+    a second thread while the next batch is generated. ``project_id``: whose spans they are
+    (``bench/read.py`` loads a project a real server knows)."""
     from analytics.summarizer import trace_row
 
     traces_planned = max(1, spans_wanted // 8)  # ~8.5 spans a trace; only sets the start-time jitter
-    gen = Generator(seed=seed, start_ns=now_ns - int(days * 86400 * NS), end_ns=now_ns, traces=traces_planned)
+    gen = Generator(seed=seed, start_ns=now_ns - int(days * 86400 * NS), end_ns=now_ns, traces=traces_planned,
+                    project_id=project_id)
     prices = {name: (p_in, p_out) for name, p_in, p_out, _ in MODELS}
     version = time.time_ns()
     span_rows: list[dict] = []
@@ -249,7 +253,7 @@ def load(*, store: Store, spans_wanted: int, days: float, batch: int, seed: int,
             t0 = time.perf_counter()
             rows = gen.trace(generated / spans_wanted)[: spans_wanted - generated]
             t1 = time.perf_counter()
-            trace_rows.append(trace_row(project_id=PROJECT_ID, trace_id=rows[0]["trace_id"],
+            trace_rows.append(trace_row(project_id=project_id, trace_id=rows[0]["trace_id"],
                                         spans=[{**r, "start_ns": r["start_time"]} for r in rows],
                                         prices=prices, version=version))
             timings["generate_s"] += t1 - t0

@@ -214,7 +214,7 @@ class EmbeddedBackend:
                dedup_token: str | None = None) -> None:
         # Rows travel as an Arrow table that chdb reads in place (Python() table function): about
         # four times cheaper than JSONEachRow text on both the Python and the ClickHouse side.
-        arrow_rows = _arrow_table(columns, types, rows)  # noqa: F841 - chdb finds it by name
+        arrow_rows = arrow_table(columns, types, rows)  # noqa: F841 - chdb finds it by name
         column_list = ", ".join(f"`{c}`" for c in columns)
         # The token is checked by Store.insert (letters, digits, - and _), so it is safe as text.
         # chdb turns async_insert on by default, which makes every insert wait for a buffer flush;
@@ -326,7 +326,9 @@ def _split_type_args(args: str) -> list[str]:
     return parts
 
 
-def _arrow_table(columns: Sequence[str], types: Sequence[str], rows: Sequence[dict]):
+def arrow_table(columns: Sequence[str], types: Sequence[str], rows: Sequence[dict]):
+    """Rows as a pyarrow table of ``columns`` with the ClickHouse ``types``: the Python half of an
+    embedded insert (chdb reads the table by its variable name; bench/ingest.py times it alone)."""
     import pyarrow as pa
 
     arrays = []
