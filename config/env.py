@@ -103,6 +103,7 @@ class Env:
     demo_simulator_port: int = 0
     slow_query_ms: int = 1000
     slow_write_ms: int = 5000
+    key_cache_ms: int = 500
 
     @property
     def embedded_store(self) -> bool:
@@ -365,6 +366,7 @@ def load(environ=None) -> Env:
         demo_simulator_port=_positive_int(environ, "TRACEDASH_DEMO_SIMULATOR_PORT", 0, minimum=0, maximum=65535),
         slow_query_ms=_positive_int(environ, "TRACEDASH_SLOW_QUERY_MS", 1000, minimum=0, maximum=86_400_000),
         slow_write_ms=_positive_int(environ, "TRACEDASH_SLOW_WRITE_MS", 5000, minimum=0, maximum=86_400_000),
+        key_cache_ms=_positive_int(environ, "TRACEDASH_KEY_CACHE_MS", 500, minimum=0, maximum=60_000),
         beat_in_process=_flag(environ, "TRACEDASH_EMBEDDED_BEAT", "1"),
         host=host,
         port=_positive_int(environ, "PORT", 8000, maximum=65535),

@@ -203,6 +203,9 @@ TRACEDASH_INGEST_MAX_KEY_BYTES = 256
 TRACEDASH_INGEST_MAX_VALUE_BYTES = 64 * 1024
 TRACEDASH_INGEST_RATE_LIMIT = ENV.ingest_rate_limit  # spans/s per key, per web process
 TRACEDASH_INGEST_RATE_BURST_SECONDS = 2.0
+# How long a process answers from its memory of checked keys before it reads the key revision
+# again: a key revoked elsewhere is refused within this many ms (projects.keycache). 0: no memory.
+TRACEDASH_KEY_CACHE_MS = ENV.key_cache_ms
 TRACEDASH_SPOOL_MAX_BYTES = ENV.ingest_spool_max_bytes
 DATA_UPLOAD_MAX_MEMORY_SIZE = TRACEDASH_INGEST_MAX_BODY_BYTES
 

@@ -77,3 +77,18 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"td_{self.prefix}_… ({self.project}, {self.name})"
+
+
+class KeyRevision(models.Model):
+    """One row whose ``version`` goes up whenever an ingest key is revoked, changed or deleted.
+
+    Every process keeps the keys it has checked in memory (``projects.keycache``) and compares this
+    number, at most every ``TRACEDASH_KEY_CACHE_MS``, with the one it last saw: a change drops the
+    whole cache, so a revocation made by any process (settings page, admin, another web worker)
+    is honoured by all of them."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    version = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"ingest keys, revision {self.version}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import re
@@ -14,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
+from .keycache import CACHE, key_digest
 from .models import ApiKey, Membership, Project
 
 log = logging.getLogger("tracedash.projects")
@@ -38,7 +38,7 @@ def _clean_name(value, *, field: str, what: str) -> str:
 
 def _hash_key(raw_key: str) -> str:
     # Keys are long random strings, so a plain SHA-256 is enough (no password-style stretching).
-    return hashlib.sha256(raw_key.encode()).hexdigest()
+    return key_digest(raw_key)
 
 
 def _format_key(prefix: str, secret: str) -> str:
@@ -77,13 +77,26 @@ def api_key_with_secret(*, key: ApiKey, secret: str) -> str | None:
 
 
 def api_key_revoke(*, key: ApiKey) -> None:
+    """Revoke ``key``: refused from the next request on in this process, and within
+    ``TRACEDASH_KEY_CACHE_MS`` in every other one (``projects.keycache``)."""
     if key.revoked_at is None:
-        key.revoked_at = timezone.now()
-        key.save(update_fields=["revoked_at"])
+        with transaction.atomic():  # the row and the key revision change together
+            key.revoked_at = timezone.now()
+            key.save(update_fields=["revoked_at"])
 
 
 # (key id, prefix) -> when this process last wrote (or tried to write) that key's last_used_at.
 _USE_WRITES: dict[tuple[int, str], object] = {}
+
+
+def api_key_use_due(*, key: ApiKey, now=None) -> bool:
+    """Whether ``api_key_record_use`` would write now (no database): the key's ``last_used_at``
+    and this process's own attempts are both older than ``LAST_USED_RESOLUTION``."""
+    now = now or timezone.now()
+    if key.last_used_at is not None and now - key.last_used_at < LAST_USED_RESOLUTION:
+        return False
+    attempted = _USE_WRITES.get((key.pk, key.prefix))
+    return attempted is None or now - attempted >= LAST_USED_RESOLUTION
 
 
 def api_key_record_use(*, key: ApiKey, now=None) -> bool:
@@ -95,15 +108,11 @@ def api_key_record_use(*, key: ApiKey, now=None) -> bool:
     remembers its own attempts, so a write that failed is not retried before the minute is up. Best effort: a failed
     write is logged and never fails the request that used the key. Returns whether it wrote."""
     now = now or timezone.now()
-    if key.last_used_at is not None and now - key.last_used_at < LAST_USED_RESOLUTION:
-        return False
-    memo = (key.pk, key.prefix)
-    attempted = _USE_WRITES.get(memo)
-    if attempted is not None and now - attempted < LAST_USED_RESOLUTION:
-        return False  # this process wrote (or tried to) within the minute: a locked database is not retried per request
+    if not api_key_use_due(key=key, now=now):
+        return False  # used within the minute, or this process wrote (or tried to): a locked database is not retried per request
     if len(_USE_WRITES) > 10_000:
         _USE_WRITES.clear()
-    _USE_WRITES[memo] = now
+    _USE_WRITES[(key.pk, key.prefix)] = now
     stale = now - LAST_USED_RESOLUTION
     try:
         with transaction.atomic():
@@ -117,19 +126,35 @@ def api_key_record_use(*, key: ApiKey, now=None) -> bool:
     return bool(updated)
 
 
-def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
-    """The active key matching ``raw_key``, or None. Revocation takes effect at once: every call
-    reads the key's row (``revoked_at``), so a revoked key's next request is refused. A match
-    records the use (``api_key_record_use``: at most one write a minute per key)."""
+def _key_shape_ok(raw_key: str) -> bool:
     parts = raw_key.split("_", 2)
-    if len(parts) != 3 or parts[0] != "td" or len(parts[1]) != KEY_PREFIX_BYTES * 2:
+    return len(parts) == 3 and parts[0] == "td" and len(parts[1]) == KEY_PREFIX_BYTES * 2
+
+
+def api_key_authenticate_cached(*, raw_key: str) -> ApiKey | None:
+    """The active key matching ``raw_key`` when this process has checked it recently enough to
+    answer without the database (``projects.keycache``), else None: then ask
+    ``api_key_authenticate``. Records no use (see ``api_key_use_due``)."""
+    if not _key_shape_ok(raw_key):
         return None
-    key = ApiKey.objects.select_related("project").filter(prefix=parts[1], revoked_at__isnull=True).first()
+    return CACHE.peek(key_digest(raw_key))
+
+
+def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
+    """The active key matching ``raw_key``, or None. A key this process checked is remembered
+    (``projects.keycache``); a revocation in any process makes every process forget it (at once
+    here, within ``TRACEDASH_KEY_CACHE_MS`` elsewhere), so a revoked key's requests are refused.
+    A match records the use (``api_key_record_use``: at most one write a minute per key)."""
+    if not _key_shape_ok(raw_key):
+        return None
+    digest = key_digest(raw_key)
+    key = CACHE.get(digest)
     if key is None:
-        _hash_key(raw_key)  # same work on a miss, so timing does not reveal valid prefixes
-        return None
-    if not hmac.compare_digest(key.key_hash, _hash_key(raw_key)):
-        return None
+        prefix = raw_key.split("_", 2)[1]
+        key = ApiKey.objects.select_related("project").filter(prefix=prefix, revoked_at__isnull=True).first()
+        if key is None or not hmac.compare_digest(key.key_hash, digest):
+            return None  # the digest was computed either way: timing does not reveal valid prefixes
+        CACHE.put(digest, key)
     api_key_record_use(key=key)
     return key
 
