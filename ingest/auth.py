@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
-
 from projects.models import ApiKey
 from projects.services import (api_key_authenticate, api_key_authenticate_cached, api_key_record_use,
                                api_key_use_due)
 
+from .asgi import db_call
 from .http import ApiError
 
 
@@ -42,9 +41,9 @@ async def authenticate_request_async(request) -> ApiKey:
     token = _bearer_token(request)
     key = api_key_authenticate_cached(raw_key=token)
     if key is None:
-        key = await sync_to_async(api_key_authenticate)(raw_key=token)
+        key = await db_call(api_key_authenticate, raw_key=token)
         if key is None:
             raise _invalid_key()
     elif api_key_use_due(key=key):
-        await sync_to_async(api_key_record_use)(key=key)
+        await db_call(api_key_record_use, key=key)
     return key

@@ -16,6 +16,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from . import otlp
+from .asgi import fast_path
 from .auth import authenticate_request_async
 from .http import ApiError, read_body
 from .ratelimit import limiter, retry_after_header
@@ -106,6 +107,7 @@ def _all_rejected(rows: list, rejected: list, name: str) -> None:
         raise ApiError(400, f"invalid_{name}", f"all {len(rejected)} {name} were rejected", details=rejected)
 
 
+@fast_path
 @csrf_exempt
 async def traces_ingest(request):
     try:
@@ -127,6 +129,7 @@ async def traces_ingest(request):
         return exc.response()
 
 
+@fast_path
 @csrf_exempt
 async def resources_ingest(request):
     try:
@@ -160,6 +163,7 @@ async def _otlp_begin(request, decode, noun: str):
     return key, content_type, items
 
 
+@fast_path
 @csrf_exempt
 async def otlp_traces(request):
     try:
@@ -173,6 +177,7 @@ async def otlp_traces(request):
         return exc.response()
 
 
+@fast_path
 @csrf_exempt
 async def otlp_metrics(request):
     try:

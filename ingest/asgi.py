@@ -1,0 +1,137 @@
+"""The ingestion endpoints served straight from ASGI, past Django's middleware chain.
+
+Django's ASGI handler runs every request's middleware that is not async-native (sessions, CSRF,
+authentication, messages, common, clickjacking: the page stack) through ``sync_to_async``, in a
+thread it starts for that request and stops afterwards: about a dozen thread hand-offs and one
+new thread per request. Ingestion needs none of that middleware (no session, no cookie, no CSRF,
+no HTML), and for a 100-span batch the hand-offs cost more than validating and storing the spans.
+
+``IngestFastPath`` therefore answers ``POST`` to the views marked with ``@fast_path`` itself: it
+reads the body (``config.body_limit`` has already refused an oversized one), builds Django's own
+``ASGIRequest``, applies what the middleware would have applied to such a request (the host check
+of ``ALLOWED_HOSTS``, ``SecurityMiddleware``'s HTTPS redirect and headers), awaits the view and
+sends its response. An exception in the view gets the project's ``handler500`` answer (a JSON
+503 for a lost metadata database), exactly as through Django. Everything else (other methods,
+other paths, pages) goes to Django unchanged.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import io
+import logging
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import DisallowedHost
+from django.db import close_old_connections
+from django.core.handlers.asgi import ASGIRequest
+from django.http import JsonResponse
+from django.middleware.security import SecurityMiddleware
+from django.urls import Resolver404, get_resolver, resolve
+from django.utils.log import log_response
+
+log = logging.getLogger("tracedash.ingest")
+
+_RESOLVED_MAX = 256  # paths remembered (resolved once each); any path may arrive, so bounded
+# Set while IngestFastPath serves a request: no request_started/finished signal runs for it, so
+# database work checks the connection itself (db_call).
+FAST_PATH = contextvars.ContextVar("tracedash_ingest_fast_path", default=False)
+
+
+def fast_path(view):
+    """Mark an async ingest view to be served by ``IngestFastPath`` (for POST)."""
+    view.ingest_fast_path = True
+    return view
+
+
+async def db_call(fn, /, **kwargs):
+    """``fn(**kwargs)`` (ORM work) in Django's thread for synchronous code. On the fast path it
+    also does what Django's request signals do around a request: drop a connection that is
+    broken or past ``CONN_MAX_AGE`` before, and after."""
+    if not FAST_PATH.get():
+        return await sync_to_async(fn)(**kwargs)
+
+    def run():
+        close_old_connections()
+        try:
+            return fn(**kwargs)
+        finally:
+            close_old_connections()
+
+    return await sync_to_async(run)()
+
+
+def _security() -> SecurityMiddleware:
+    return SecurityMiddleware(lambda request: None)
+
+
+class IngestFastPath:
+    def __init__(self, app):
+        self.app = app
+        self._resolved: dict[str, object] = {}
+        self._security = None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope.get("method") == "POST":
+            view = self._view(scope.get("path", ""))
+            if view is not None:
+                return await self._serve(view, scope, receive, send)
+        return await self.app(scope, receive, send)
+
+    def _view(self, path: str):
+        try:
+            return self._resolved[path]
+        except KeyError:
+            pass
+        try:
+            func = resolve(path).func
+        except Resolver404:
+            func = None
+        view = func if getattr(func, "ingest_fast_path", False) else None
+        if len(self._resolved) < _RESOLVED_MAX:
+            self._resolved[path] = view
+        return view
+
+    async def _serve(self, view, scope, receive, send) -> None:
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        request = ASGIRequest(scope, io.BytesIO(b"".join(chunks)))
+        if self._security is None:
+            self._security = _security()
+        FAST_PATH.set(True)  # this request's task only
+        try:
+            request.get_host()  # ALLOWED_HOSTS, as CommonMiddleware checks it
+            response = self._security.process_request(request)  # SECURE_SSL_REDIRECT
+            if response is None:
+                response = await view(request)
+        except DisallowedHost as exc:
+            response = JsonResponse({"error": {"code": "bad_host", "message": str(exc), "details": []}}, status=400)
+        except Exception:  # noqa: BLE001 - the handler500 answer, as Django gives it (503 for a lost database)
+            response = _server_error(request)  # renders without the database (config.errors), in the except block
+        response = self._security.process_response(request, response)
+        if response.status_code >= 400:
+            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+        await _send(response, send)
+
+
+def _server_error(request):
+    """``handler500``'s answer for the exception being handled (it reads ``sys.exc_info()``)."""
+    log.error("ingest request failed: %s", request.path, exc_info=True)
+    return get_resolver().resolve_error_handler(500)(request)
+
+
+async def _send(response, send) -> None:
+    body = response.content
+    headers = [(str(k).encode("ascii"), str(v).encode("latin1")) for k, v in response.items()]
+    if not response.has_header("Content-Length"):
+        headers.append((b"Content-Length", str(len(body)).encode("ascii")))
+    for cookie in response.cookies.values():
+        headers.append((b"Set-Cookie", cookie.output(header="").encode("ascii").strip()))
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
