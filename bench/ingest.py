@@ -721,6 +721,9 @@ def parse_args(argv=None):
     parser.add_argument("--scenarios", default="json-100,json-1000,otlp-100,otlp-1000",
                         help="comma-separated subset of the scenarios to run (default: all four)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--compare-beat", action="store_true",
+                        help="run every scenario twice, on a server with its in-process beat and on one without, "
+                             "and print the ratios between them (and to the raw insert)")
     parser.add_argument("--no-beat", action="store_true",
                         help="server without its in-process periodic tasks (TRACEDASH_EMBEDDED_BEAT=0): the ingestion "
                              "path alone, as a production web process runs it (summaries and rollups in the worker)")
@@ -753,13 +756,47 @@ def main(argv=None) -> int:
         f"{time.perf_counter() - started:.1f} s; bodies: "
         + ", ".join(f"{s.name} {sum(map(len, s.templates)) / len(s.templates) / 1024:,.0f} KiB" for s in scenarios))
 
+    modes = [True, False] if args.compare_beat else [not args.no_beat]
+    runs: dict[bool, tuple[list[dict], dict]] = {}
+    ok = True
+    for beat in modes:
+        if len(modes) > 1:
+            log(f"--- server {'with' if beat else 'without'} its in-process beat ---")
+        results, check = run_server(args, scenarios, request_numbers, work / ("server-beat" if beat else "server-no-beat"),
+                                    beat=beat, pause=pause)
+        runs[beat] = (results, check)
+        ok = ok and bool(check.get("ok"))
+
+    raw: dict = {}
+    try:
+        log("raw insert of the same rows in this process…")
+        raw = measure_raw(scenarios, work, request_numbers, seconds=raw_seconds)
+    finally:
+        info = machine()
+        settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick}
+        for beat, (results, check) in runs.items():
+            print(report(results, raw, check, info, settings | {"beat": beat}), flush=True)
+        print(ratios_text(runs, raw), flush=True)
+        if args.json:
+            payload = {"settings": settings, "machine": info, "raw": raw, "ratios": ratios(runs, raw),
+                       "runs": [{"beat": beat, "scenarios": results, "check": check}
+                                for beat, (results, check) in runs.items()]}
+            args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        if args.keep:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, pause: float) -> tuple[list[dict], dict]:
+    """One server (with or without its in-process beat) through every chosen scenario; then the
+    stored count (after a clean stop) against what was acknowledged."""
     env = {"TRACEDASH_INGEST_RATE_LIMIT": "0", "TRACEDASH_BEAT_SAMPLE_SECONDS": "3600"}
-    if args.no_beat:
+    if not beat:
         env["TRACEDASH_EMBEDDED_BEAT"] = "0"
-    server = Server(work / "server", env=env)
+    server = Server(data_dir, env=env)
     results: list[dict] = []
-    check: dict = {}
-    ok = False
     try:
         log("starting `manage.py serve`…")
         server.start()
@@ -778,34 +815,52 @@ def main(argv=None) -> int:
         exit_code = server.stop()
         log("counting stored spans in a separate process…")
         counted = stored_count(server)
-        acknowledged = sum(r["spans_acknowledged"] for r in results)
-        check = {"acknowledged": acknowledged, **counted, "server_exit": exit_code,
-                 "ok": counted["count"] == acknowledged == counted["unique"]}
-        ok = True
     except BaseException:
         log(f"\nserver log (last lines, {server.log_path}):\n{server.log_tail()}")
-        log(f"data dirs kept in {work}")
+        log(f"data dirs kept in {data_dir.parent}")
         raise
     finally:
         server.stop()
+    acknowledged = sum(r["spans_acknowledged"] for r in results)
+    check = {"acknowledged": acknowledged, **counted, "server_exit": exit_code,
+             "ok": counted["count"] == acknowledged == counted["unique"]}
+    return results, check
 
-    raw: dict = {}
-    try:
-        log("raw insert of the same rows in this process…")
-        raw = measure_raw(scenarios, work, request_numbers, seconds=raw_seconds)
-    finally:
-        info = machine()
-        settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick,
-                    "beat": not args.no_beat}
-        print(report(results, raw, check, info, settings), flush=True)
-        if args.json:
-            payload = {"settings": settings, "machine": info, "scenarios": results, "raw": raw, "check": check}
-            args.json.write_text(json.dumps(payload, indent=2) + "\n")
-        if args.keep:
-            log(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    return 0 if ok and check.get("ok") else 1
+
+def ratios(runs: dict, raw: dict) -> dict:
+    """The issue's figures: beat / no-beat and beat / raw for json-1000, json-100 / json-1000 per mode."""
+    by = {beat: {r["scenario"]: r["spans_per_s"] for r in results} for beat, (results, _) in runs.items()}
+    out = {}
+    raw_1000 = raw.get("raw_rows_per_s_1000")
+    for beat, rates in by.items():
+        mode = "beat" if beat else "no_beat"
+        if "json-1000" in rates and raw_1000:
+            out[f"json1000_{mode}_to_raw"] = round(rates["json-1000"] / raw_1000, 3)
+        if "json-100" in rates and rates.get("json-1000"):
+            out[f"json100_to_json1000_{mode}"] = round(rates["json-100"] / rates["json-1000"], 3)
+    if True in by and False in by:
+        for name in ("json-1000", "json-100", "otlp-1000", "otlp-100"):
+            if by[True].get(name) and by[False].get(name):
+                out[f"{name.replace('-', '')}_beat_to_no_beat"] = round(by[True][name] / by[False][name], 3)
+    return out
+
+
+def ratios_text(runs: dict, raw: dict) -> str:
+    figures = ratios(runs, raw)
+    if not figures:
+        return ""
+    labels = {
+        "json1000_beat_to_no_beat": "json-1000 with the beat / without (target >= 0.9)",
+        "json100_beat_to_no_beat": "json-100 with the beat / without",
+        "otlp1000_beat_to_no_beat": "otlp-1000 with the beat / without",
+        "otlp100_beat_to_no_beat": "otlp-100 with the beat / without",
+        "json1000_beat_to_raw": "json-1000 with the beat / raw 1,000-row insert (target >= 0.9)",
+        "json1000_no_beat_to_raw": "json-1000 without the beat / raw 1,000-row insert",
+        "json100_to_json1000_beat": "json-100 / json-1000, with the beat",
+        "json100_to_json1000_no_beat": "json-100 / json-1000, without the beat",
+    }
+    rows = [[labels.get(k, k), f"{v:.2f}"] for k, v in figures.items()]
+    return "\nratios (one run, same machine)\n\n" + table(["figure", "ratio"], rows) + "\n"
 
 
 if __name__ == "__main__":
