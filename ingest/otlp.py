@@ -13,7 +13,8 @@ mapping rules exist once. The rules (documented in docs/otlp.md):
 - model: ``gen_ai.response.model``, ``gen_ai.request.model``, ``llm.model_name``, ``embedding.model_name``.
 - tokens: ``gen_ai.usage.input_tokens``/``output_tokens`` (also the older ``prompt_tokens``/
   ``completion_tokens``), ``llm.token_count.prompt``/``completion``.
-- TTFT: ``gen_ai.response.time_to_first_chunk`` (seconds), else a ``first_token`` event's offset.
+- TTFT: ``gen_ai.response.time_to_first_chunk`` or OpenLIT's ``gen_ai.server.time_to_first_token``
+  (seconds), else the offset of a ``first_token`` or OpenInference ``First Token Stream Event`` event.
 - cost: ``gen_ai.usage.cost``, ``llm.cost.total`` (USD).
 - status: OTLP ``STATUS_CODE_ERROR`` is ``error`` with the status message.
 """
@@ -41,6 +42,11 @@ STATUS_CODE_ERROR = 2
 MODEL_OPERATIONS = {"chat", "text_completion", "generate_content", "embeddings", "completion"}
 OPENINFERENCE_PHASES = {"LLM": "inference", "EMBEDDING": "inference", "RETRIEVER": "preprocess",
                         "RERANKER": "preprocess", "GUARDRAIL": "postprocess", "EVALUATOR": "postprocess"}
+# TTFT in seconds as an attribute: the GenAI conventions' streaming attribute, then OpenLIT's.
+TTFT_SECONDS_KEYS = ("gen_ai.response.time_to_first_chunk", "gen_ai.server.time_to_first_token")
+# Span events marking the first streamed token: tracedash's SDK, then OpenInference
+# (openinference-instrumentation-openai records "First Token Stream Event").
+FIRST_TOKEN_EVENTS = frozenset({"first_token", "First Token Stream Event"})
 NETWORK_KEYS = ("http.request.method", "http.method", "url.full", "http.url", "rpc.system", "server.address",
                 "net.peer.name")
 _HEX = re.compile(r"^[0-9a-fA-F]*$")
@@ -297,15 +303,14 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
     attributes = span.attributes
     model = next((attributes[k] for k in ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name",
                                           "embedding.model_name") if isinstance(attributes.get(k), str)), "")
-    ttft_s = _number(attributes, ("gen_ai.response.time_to_first_chunk",), "ttft", integer=False,
-                     maximum=MAX_DURATION_NS / 1e9)
+    ttft_s = _number(attributes, TTFT_SECONDS_KEYS, "ttft", integer=False, maximum=MAX_DURATION_NS / 1e9)
     ttft_ns = None if ttft_s is None else round(ttft_s * 1e9)
     event_times, event_names, event_attributes = [], [], []
     if len(span.events) > limits.max_events:
         raise FieldError("events", f"more than {limits.max_events} events")
     for i, (name, time_ns, event_attrs) in enumerate(span.events):
         at = parse_time_ns(time_ns, f"events[{i}].timeUnixNano")
-        if ttft_ns is None and name == "first_token" and at >= start_ns:
+        if ttft_ns is None and name in FIRST_TOKEN_EVENTS and at >= start_ns:
             ttft_ns = at - start_ns
         event_times.append(at)
         event_names.append(name[:256] or "event")

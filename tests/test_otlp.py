@@ -120,6 +120,33 @@ def test_otlp_json_with_partial_success(client, project_with_key):
     assert row["attributes"]["tags"] == '["a",1]' and row["attributes"]["meta.k"] == "true"
 
 
+def _attr(key, value):
+    kind = {str: "stringValue", int: "intValue", float: "doubleValue"}[type(value)]
+    return {"key": key, "value": {kind: str(value) if kind == "intValue" else value}}
+
+
+def test_ttft_from_openinference_event_and_openlit_attribute(client, project_with_key):
+    """TTFT signals other instrumentations send: OpenInference's ``First Token Stream Event`` span
+    event and OpenLIT's ``gen_ai.server.time_to_first_token`` attribute (seconds)."""
+    import time
+
+    project, key = project_with_key()
+    start = time.time_ns() - 10**9
+    oi = otlp_json_span(span_id="00000000000000a1", name="ChatCompletion", attributes=[
+        _attr("openinference.span.kind", "LLM"), _attr("llm.model_name", "m1")],
+        startTimeUnixNano=str(start), endTimeUnixNano=str(start + 900_000_000),
+        events=[{"name": "First Token Stream Event", "timeUnixNano": str(start + 310_000_000)}])
+    lit = otlp_json_span(span_id="00000000000000a2", name="chat m1", attributes=[
+        _attr("gen_ai.operation.name", "chat"), _attr("gen_ai.request.model", "m1"),
+        _attr("gen_ai.server.time_to_first_token", 0.205)],
+        startTimeUnixNano=str(start), endTimeUnixNano=str(start + 900_000_000))
+    payload = {"resourceSpans": [{"scopeSpans": [{"spans": [oi, lit]}]}]}
+    assert post(client, "/v1/traces", key, json.dumps(payload), "application/json").status_code == 200
+    spans = spans_of(project.pk)
+    assert spans["ChatCompletion"]["ttft_ns"] == 310_000_000
+    assert spans["chat m1"]["ttft_ns"] == 205_000_000
+
+
 def test_malformed_otlp_is_a_json_400(client, project_with_key):
     _, key = project_with_key()
     response = post(client, "/v1/traces", key, b"\x0a\xff\xff\xff\xff\x0f garbage", "application/x-protobuf")
