@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from django.conf import settings
+
 from analytics.summary_sql import PHASES
 from store import get_store
 
@@ -100,9 +102,14 @@ def series_from_row(row: dict, *, window_seconds: float) -> Series:
 
 
 def summaries_bring_up_to_date(project_id: int) -> None:
-    """Summarise what arrived since the summariser's last run (incremental; cheap when nothing did)."""
-    from analytics.summarizer import traces_summarize
+    """Summarise what arrived since the summariser's last run (incremental; cheap when nothing did),
+    unless the periodic summariser did so within two of its intervals: then the summaries are at
+    most that old, and a second run per alert round (one per rule window) would only repeat its
+    work while ingestion is busy."""
+    from analytics.summarizer import summaries_fresh, traces_summarize
 
+    if summaries_fresh(project_id=project_id, within_seconds=2 * settings.TRACEDASH_SUMMARIZE_SECONDS):
+        return
     traces_summarize(project_ids=[project_id])
 
 

@@ -64,6 +64,18 @@ def watermark_get(*, project_id: int, job: str) -> int:
     ).scalar() or 0)
 
 
+def summaries_fresh(*, project_id: int, within_seconds: float) -> bool:
+    """Whether the project's summaries were brought up to the ClickHouse clock less than
+    ``within_seconds`` ago (one small read): a reader that needs them current can skip its own
+    summariser run while the periodic one keeps up."""
+    return bool(get_store().query(
+        "SELECT toUnixTimestamp64Milli(now64(3)) - max(value) <= {within_ms:Int64} FROM task_watermarks"
+        " WHERE project_id = {project_id:UInt64} AND job = {job:String}",
+        {"project_id": project_id, "job": JOB, "within_ms": int(within_seconds * 1000)},
+        tag="analytics.summarizer.summaries_fresh",
+    ).scalar())
+
+
 def watermark_set(*, project_id: int, job: str, value: int) -> None:
     get_store().insert("task_watermarks", [{"project_id": project_id, "job": job, "value": int(value)}],
                        tag="analytics.summarizer.watermark_set")

@@ -1,0 +1,47 @@
+"""Latency alerts read the per-trace summaries; they bring them up to date themselves only when
+the periodic summariser is behind (issue 15: one summariser run per alert window was repeating the
+periodic run's work under load)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+import analytics.summarizer as summarizer
+from alerts.latency import latency_fetch
+from tests.rollup_support import insert_spans
+from tests.spans import llm_trace
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+S = 10**9
+
+
+def test_latency_alerts_summarise_only_when_the_periodic_summariser_is_behind(project_with_key, monkeypatch, settings):
+    settings.TRACEDASH_SUMMARIZE_SECONDS = 60  # "fresh" = summarised in the last two minutes: no clock race
+    project, _ = project_with_key()
+    runs = []
+    real_run = summarizer.traces_summarize
+
+    def counting_run(**kwargs):
+        runs.append(kwargs)
+        return real_run(**kwargs)
+
+    monkeypatch.setattr(summarizer, "traces_summarize", counting_run)
+    now = datetime.now(tz=timezone.utc)
+
+    def requests_seen() -> float:
+        (series,) = latency_fetch(project_id=project.pk, window_seconds=3600, now=now)
+        return round(series.values["request_rate"] * 3600)
+
+    insert_spans(project.pk, llm_trace(start_ns=time.time_ns() - 120 * S))
+    # Never summarised: the alert runs the summariser itself and sees the new trace.
+    assert requests_seen() == 1 and len(runs) == 1
+    # The summaries are fresh now: a second window of the same round does not run it again.
+    assert requests_seen() == 1 and len(runs) == 1
+    # The periodic summariser falls behind (its last run is older than two intervals): run again.
+    settings.TRACEDASH_SUMMARIZE_SECONDS = 0.001
+    insert_spans(project.pk, llm_trace(start_ns=time.time_ns() - 60 * S))
+    time.sleep(0.01)
+    assert requests_seen() == 2 and len(runs) == 2
