@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
+OPENLIT_VENV ?= .venv-openlit
 
 .PHONY: run test install install-dev lock clean
 
@@ -15,9 +16,17 @@ $(VENV)/.installed: requirements.lock | $(BIN)/python
 	$(PIP) install --progress-bar on -r requirements.lock
 	@touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.lock
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.lock $(OPENLIT_VENV)/.installed
 	@echo "tracedash: installing pinned test dependencies into $(VENV)…"
 	$(PIP) install --progress-bar on -r requirements-dev.lock
+	@touch $@
+
+# OpenLIT's own environment for tests/test_llm_clients.py (its dependencies conflict with .venv's:
+# see requirements-openlit.lock).
+$(OPENLIT_VENV)/.installed: requirements-openlit.lock
+	@echo "tracedash: installing OpenLIT's test environment into $(OPENLIT_VENV)…"
+	$(PYTHON) -m venv $(OPENLIT_VENV)
+	$(OPENLIT_VENV)/bin/python -m pip --disable-pip-version-check install --progress-bar on -r requirements-openlit.lock
 	@touch $@
 
 install: $(VENV)/.installed
@@ -41,4 +50,4 @@ lock:
 	rm -rf .lockvenv
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(OPENLIT_VENV)
