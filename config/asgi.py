@@ -12,14 +12,14 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 
 from config.body_limit import BodyLimitMiddleware  # noqa: E402
-from ingest.asgi import IngestFastPath  # noqa: E402
+from config.fast_path import ApiFastPath  # noqa: E402
 from alerts.routing import websocket_urlpatterns as alerts_websockets  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # Ingest POSTs are answered by IngestFastPath (no page middleware); the rest by Django.
-        "http": BodyLimitMiddleware(IngestFastPath(django_asgi_app), lambda: settings.TRACEDASH_INGEST_MAX_BODY_BYTES),
+        # Ingest POSTs and key-authenticated API reads are answered by ApiFastPath (no page middleware).
+        "http": BodyLimitMiddleware(ApiFastPath(django_asgi_app), lambda: settings.TRACEDASH_INGEST_MAX_BODY_BYTES),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns + alerts_websockets))),
     }
 )

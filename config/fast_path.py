@@ -1,22 +1,30 @@
-"""The ingestion endpoints served straight from ASGI, past Django's middleware chain.
+"""API requests that carry a key, served straight from ASGI, past Django's page middleware.
 
 Django's ASGI handler runs every request's middleware that is not async-native (sessions, CSRF,
 authentication, messages, common, clickjacking: the page stack) through ``sync_to_async``, in a
 thread it starts for that request and stops afterwards: about a dozen thread hand-offs and one
-new thread per request. Ingestion needs none of that middleware (no session, no cookie, no CSRF,
-no HTML), and for a 100-span batch the hand-offs cost more than validating and storing the spans.
+new thread per request. A request authenticated by its ingest key needs none of that middleware
+(no session, no cookie, no CSRF, no HTML); for a 100-span batch the hand-offs cost more than
+validating and storing the spans, and they are a fifth of a trace read by id.
 
-``IngestFastPath`` therefore answers ``POST`` to the views marked with ``@fast_path`` itself: it
-reads the body (``config.body_limit`` has already refused an oversized one), builds Django's own
+``ApiFastPath`` therefore answers itself:
+
+- ``POST`` to the (async) views marked ``@fast_path``: the ingestion endpoints;
+- ``GET``/``HEAD`` *with an Authorization header* to the (sync) views marked
+  ``@key_read_fast_path``: the JSON reads a key may make (a trace by id, the series). Without the
+  header those requests use the browser session, so they go to Django.
+
+It reads the body (``config.body_limit`` has already refused an oversized one), builds Django's own
 ``ASGIRequest``, applies what the middleware would have applied to such a request (the host check
-of ``ALLOWED_HOSTS``, ``SecurityMiddleware``'s HTTPS redirect and headers), awaits the view and
-sends its response. An exception in the view gets the project's ``handler500`` answer (a JSON
-503 for a lost metadata database), exactly as through Django. Everything else (other methods,
-other paths, pages) goes to Django unchanged.
+of ``ALLOWED_HOSTS``, ``SecurityMiddleware``'s HTTPS redirect and headers), runs the view (a sync
+one in Django's thread for sync code, with the connection checks of the request signals) and sends
+its response. An exception in the view gets the project's ``handler500`` answer (a JSON 503 for a
+lost metadata database), exactly as through Django. Everything else goes to Django unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import io
 import logging
@@ -33,28 +41,35 @@ from django.utils.log import log_response
 log = logging.getLogger("tracedash.ingest")
 
 _RESOLVED_MAX = 256  # paths remembered (resolved once each); any path may arrive, so bounded
-# Set while IngestFastPath serves a request: no request_started/finished signal runs for it, so
+# Set while ApiFastPath serves a request: no request_started/finished signal runs for it, so
 # database work checks the connection itself (db_call).
-FAST_PATH = contextvars.ContextVar("tracedash_ingest_fast_path", default=False)
+FAST_PATH = contextvars.ContextVar("tracedash_api_fast_path", default=False)
 
 
 def fast_path(view):
-    """Mark an async ingest view to be served by ``IngestFastPath`` (for POST)."""
-    view.ingest_fast_path = True
+    """Mark an async ingest view to be served by ``ApiFastPath`` (for POST)."""
+    view.fast_path_methods = ("POST",)
     return view
 
 
-async def db_call(fn, /, **kwargs):
-    """``fn(**kwargs)`` (ORM work) in Django's thread for synchronous code. On the fast path it
-    also does what Django's request signals do around a request: drop a connection that is
-    broken or past ``CONN_MAX_AGE`` before, and after."""
+def key_read_fast_path(view):
+    """Mark a sync JSON view that reads with ``Authorization: Bearer <key>`` (and otherwise with
+    the session) to be served by ``ApiFastPath`` for GET/HEAD requests that carry the header."""
+    view.fast_path_methods = ("GET", "HEAD")
+    return view
+
+
+async def db_call(fn, /, *args, **kwargs):
+    """``fn(*args, **kwargs)`` (ORM or other blocking work) in Django's thread for synchronous
+    code. On the fast path it also does what Django's request signals do around a request: drop a
+    connection that is broken or past ``CONN_MAX_AGE`` before, and after."""
     if not FAST_PATH.get():
-        return await sync_to_async(fn)(**kwargs)
+        return await sync_to_async(fn)(*args, **kwargs)
 
     def run():
         close_old_connections()
         try:
-            return fn(**kwargs)
+            return fn(*args, **kwargs)
         finally:
             close_old_connections()
 
@@ -65,34 +80,38 @@ def _security() -> SecurityMiddleware:
     return SecurityMiddleware(lambda request: None)
 
 
-class IngestFastPath:
+class ApiFastPath:
     def __init__(self, app):
         self.app = app
-        self._resolved: dict[str, object] = {}
+        self._resolved: dict[str, tuple] = {}
         self._security = None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope.get("method") == "POST":
-            view = self._view(scope.get("path", ""))
-            if view is not None:
-                return await self._serve(view, scope, receive, send)
+        if scope["type"] == "http":
+            method = scope.get("method")
+            if method == "POST" or (method in ("GET", "HEAD") and _has_authorization(scope)):
+                view, kwargs = self._view(scope.get("path", ""))
+                if view is not None and method in view.fast_path_methods:
+                    return await self._serve(view, kwargs, scope, receive, send)
         return await self.app(scope, receive, send)
 
-    def _view(self, path: str):
+    def _view(self, path: str) -> tuple:
+        """(view, URL kwargs) of a marked view, or (None, None)."""
         try:
             return self._resolved[path]
         except KeyError:
             pass
         try:
-            func = resolve(path).func
+            match = resolve(path)
         except Resolver404:
-            func = None
-        view = func if getattr(func, "ingest_fast_path", False) else None
-        if len(self._resolved) < _RESOLVED_MAX:
-            self._resolved[path] = view
-        return view
+            found = (None, None)
+        else:
+            found = (match.func, match.kwargs) if hasattr(match.func, "fast_path_methods") else (None, None)
+        if not found[1] and len(self._resolved) < _RESOLVED_MAX:  # paths with ids (traces) are not kept
+            self._resolved[path] = found
+        return found
 
-    async def _serve(self, view, scope, receive, send) -> None:
+    async def _serve(self, view, kwargs, scope, receive, send) -> None:
         chunks = []
         while True:
             message = await receive()
@@ -109,7 +128,10 @@ class IngestFastPath:
             request.get_host()  # ALLOWED_HOSTS, as CommonMiddleware checks it
             response = self._security.process_request(request)  # SECURE_SSL_REDIRECT
             if response is None:
-                response = await view(request)
+                if asyncio.iscoroutinefunction(view):
+                    response = await view(request, **kwargs)
+                else:
+                    response = await db_call(view, request, **kwargs)
         except DisallowedHost as exc:
             response = JsonResponse({"error": {"code": "bad_host", "message": str(exc), "details": []}}, status=400)
         except Exception:  # noqa: BLE001 - the handler500 answer, as Django gives it (503 for a lost database)
@@ -124,6 +146,12 @@ def _server_error(request):
     """``handler500``'s answer for the exception being handled (it reads ``sys.exc_info()``)."""
     log.error("ingest request failed: %s", request.path, exc_info=True)
     return get_resolver().resolve_error_handler(500)(request)
+
+
+def _has_authorization(scope) -> bool:
+    """A non-blank Authorization header: the views then authenticate by key and never read the
+    session (which this path does not load)."""
+    return any(name == b"authorization" and value.strip() for name, value in scope.get("headers") or ())
 
 
 async def _send(response, send) -> None:

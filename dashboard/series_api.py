@@ -21,6 +21,7 @@ from django.http import Http404, JsonResponse
 from django.views.decorators.http import require_GET
 
 from analytics import rollups
+from config.fast_path import key_read_fast_path
 from ingest.auth import authenticate_request
 from ingest.http import ApiError
 from projects.scope import current_project
@@ -124,6 +125,7 @@ def _series_json(series: rollups.WindowSeries) -> dict:
 
 def _endpoint(build):
     """A GET endpoint: auth, common parameters, the store-down answer, JSON errors."""
+    @key_read_fast_path
     @require_GET
     def view(request):
         try:

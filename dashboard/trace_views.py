@@ -13,6 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from charts import PHASE_COLORS
+from config.fast_path import key_read_fast_path
 from ingest.auth import authenticate_request
 from ingest.http import ApiError
 from projects.scope import current_project
@@ -112,6 +113,7 @@ def trace_page(request, trace_id: str):
     })
 
 
+@key_read_fast_path
 @csrf_exempt  # read-only: any other method gets a JSON 405, not the CSRF page
 def trace_api(request, trace_id: str):
     """``GET /api/v1/traces/<id>``: a project key (Bearer) reads its project's traces; a logged-in

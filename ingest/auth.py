@@ -4,7 +4,7 @@ from projects.models import ApiKey
 from projects.services import (api_key_authenticate, api_key_authenticate_cached, api_key_record_use,
                                api_key_use_due)
 
-from .asgi import db_call
+from config.fast_path import db_call
 from .http import ApiError
 
 

@@ -16,7 +16,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from . import otlp
-from .asgi import fast_path
+from config.fast_path import fast_path
 from .auth import authenticate_request_async
 from .http import ApiError, read_body
 from .ratelimit import limiter, retry_after_header

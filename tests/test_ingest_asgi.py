@@ -1,4 +1,4 @@
-"""Ingest POSTs served by ingest.asgi.IngestFastPath (issue 15, item 4): through the real ASGI
+"""Ingest POSTs served by config.fast_path.ApiFastPath (issue 15, item 4): through the real ASGI
 application, past Django's page middleware — no thread started per request, the same answers
 (validation errors, 401s, the handler500's 503 for a lost database), the security headers, the
 host check — and everything else still served by Django."""
@@ -27,14 +27,15 @@ def _remembered_keys(settings):
     CACHE.forget()
 
 
-def _call(method: str, path: str, body: bytes = b"", headers: dict | None = None, host: str = "localhost"):
+def _call(method: str, path: str, body: bytes = b"", headers: dict | None = None, host: str = "localhost",
+          query: bytes = b""):
     from config.asgi import application
 
     headers = {"host": host, "content-type": "application/json", **(headers or {})}
     if body:
         headers["content-length"] = str(len(body))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
              "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
              "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
 
@@ -111,3 +112,42 @@ def test_a_lost_metadata_database_is_a_json_503(project_with_key, monkeypatch):
     status, headers, body = _call("POST", "/v1/traces", b"{}", {"authorization": f"Bearer {raw}"})
     assert status == 503, body
     assert json.loads(body)["error"]["code"] == "database_unavailable" and "retry-after" in headers
+
+
+def _counting_threads(monkeypatch) -> list:
+    started = []
+    original = threading.Thread.start
+
+    def counting_start(self, *args, **kwargs):
+        started.append(self.name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    return started
+
+
+def test_reads_with_a_key_take_the_fast_path_and_reads_with_a_session_go_to_django(project_with_key, monkeypatch):
+    _, raw = project_with_key()
+    auth = {"authorization": f"Bearer {raw}"}
+    spans = llm_trace()
+    assert _call("POST", "/api/v1/traces", json.dumps({"spans": spans}).encode(), auth)[0] == 200
+    from analytics.summarizer import traces_summarize
+
+    traces_summarize()
+    path = f"/api/v1/traces/{spans[0]['trace_id']}"
+    status, _, body = _call("GET", path, headers=auth)  # the first read may start Django's thread for sync code
+    assert status == 200 and len(json.loads(body)["spans"]) == len(spans)
+    started = _counting_threads(monkeypatch)
+    status, headers, body = _call("GET", path, headers=auth)
+    assert status == 200 and json.loads(body)["trace_id"] == spans[0]["trace_id"]
+    status, _, body = _call("GET", "/api/v1/series/overview", headers=auth, query=b"range=1h")
+    assert status == 200 and json.loads(body)["project_id"]
+    assert started == [] and headers["x-content-type-options"] == "nosniff"
+    # The same reads with a bad key, no key or a blank header: Django's path, the same JSON errors.
+    status, _, body = _call("GET", path, headers={"authorization": "Bearer td_000000000000_nope"})
+    assert status == 401 and json.loads(body)["error"]["code"] == "invalid_key"
+    for headers, code in (({}, "missing_key"), ({"authorization": "  "}, "bad_authorization")):
+        status, _, body = _call("GET", path, headers=headers)
+        assert status == 401 and json.loads(body)["error"]["code"] == code, body
+    status, _, body = _call("GET", "/api/v1/series/overview", headers=auth, query=b"range=2y")
+    assert status == 400 and json.loads(body)["error"]["code"] == "invalid_parameter"
