@@ -197,7 +197,7 @@ FROM (
             SELECT trace_id, toString(span_id) AS sid, v.1 AS parent, v.2 AS name, v.3 AS raw_phase,
                 if(raw_phase IN ({_KNOWN_PHASES}), raw_phase, 'other') AS ph, v.4 AS service, v.5 AS model,
                 toInt64(toUnixTimestamp64Nano(v.6)) AS st, toInt64(v.7) AS dur, st + dur AS en,
-                v.8 AS status, v.9 AS status_message, v.10 AS ttft, v.11 AS input_tokens, v.12 AS output_tokens, v.14 AS loadtest_run_id,
+                v.8 AS status, v.9 AS status_message, v.10 AS ttft, ifNull(v.11, 0) AS input_tokens, ifNull(v.12, 0) AS output_tokens, v.14 AS loadtest_run_id,
                 JSONExtract({{prices:String}}, 'Map(String, Array(Float64))') AS price_map,
                 mapContains(price_map, toString(model)) AND (input_tokens > 0 OR output_tokens > 0) AS priced,
                 if(v.13 IS NOT NULL, v.13,

@@ -227,6 +227,9 @@ class TraceSummary:
     error_spans: int = 0  # spans with status error ("spans with errors": its own figure)
     # per model of the spans: (input tokens, output tokens, cost USD); "" for spans without a model
     by_model: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+    # Whether any span reported a token count (the sums above are then 0 for "unknown"); a figure
+    # for display only, so it takes no part in comparisons.
+    tokens_reported: bool = field(default=True, compare=False)
 
     def phase_share(self, phase: str) -> float | None:
         return self.phase_ns.get(phase, 0) / self.e2e_ns if self.e2e_ns > 0 else None
@@ -312,4 +315,6 @@ def trace_summarize(spans: Iterable[Span], *, prices: Mapping[str, tuple[float, 
         phase_ns=phase_times((), tree=tree),
         error_spans=len(errors),
         by_model={m: (v[0], v[1], v[2]) for m, v in sorted(by_model.items())},
+        tokens_reported=any(s.get("input_tokens") is not None or s.get("output_tokens") is not None
+                            for s in token_spans),
     )

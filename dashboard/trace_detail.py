@@ -2,10 +2,10 @@
 critical path and the tree (depth, orphans, clock skew). The trace page, its JSON endpoint and the
 comparison page read traces here.
 
-A trace is found without scanning ``spans``: ``explorer.trace_bounds`` gives the time bounds of its
-spans from the ``traces`` summary (ordered by trace id), so the spans query reads only the partitions
-and granules of that window, and the trace-id bloom filter skips the rest. A trace not yet
-summarised (its spans arrived seconds ago) is found through the bloom filter alone.
+A trace is found without scanning ``spans``: the ``traces`` summary (ordered by trace id) gives the
+time bounds of its spans, in the same query, so it reads only the partitions and granules of that
+window, and the trace-id bloom filter skips the rest. A trace not yet summarised (its spans
+arrived seconds ago) is found through the bloom filter alone.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from operator import attrgetter
 
 from store import get_store
 
-from .explorer import trace_bounds
 from analytics.prices import prices_for_project
 from analytics.trace_math import PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, trace_summarize
 
@@ -42,30 +41,44 @@ def trace_id_valid(trace_id: str) -> bool:
     return bool(TRACE_ID_RE.match(trace_id or ""))
 
 
+# One round trip: the trace's bounds come from its summary (a primary-key lookup in ``traces``, a
+# scalar subquery ClickHouse evaluates before it chooses the partitions and granules to read).
 _SPANS_SQL = f"""
+WITH (
+    SELECT (fromUnixTimestamp64Nano(toUnixTimestamp64Nano(spans_start) - {_BOUNDS_MARGIN_NS}),
+            fromUnixTimestamp64Nano(toUnixTimestamp64Nano(spans_end) + {_BOUNDS_MARGIN_NS}))
+    FROM traces WHERE project_id = {{project_id:UInt64}} AND trace_id = {{trace_id:FixedString(32)}}
+    ORDER BY version DESC LIMIT 1
+) AS bounds
 SELECT {SPAN_FIELDS_SQL}, attributes, resource_attributes,
     arrayMap(t -> toUnixTimestamp64Nano(t), event_times) AS event_ns, event_names, event_attributes
 FROM spans
 WHERE project_id = {{project_id:UInt64}} AND trace_id = {{trace_id:FixedString(32)}}
-  AND start_time >= fromUnixTimestamp64Nano({{lo:Int64}}) AND start_time <= fromUnixTimestamp64Nano({{hi:Int64}})
+  AND start_time >= bounds.1 AND start_time <= bounds.2
 ORDER BY ingested_at DESC
 LIMIT 1 BY span_id
 """
-_WINDOW = "AND start_time >= fromUnixTimestamp64Nano({lo:Int64}) AND start_time <= fromUnixTimestamp64Nano({hi:Int64})"
+_SPANS_UNBOUNDED_SQL = f"""
+SELECT {SPAN_FIELDS_SQL}, attributes, resource_attributes,
+    arrayMap(t -> toUnixTimestamp64Nano(t), event_times) AS event_ns, event_names, event_attributes
+FROM spans
+WHERE project_id = {{project_id:UInt64}} AND trace_id = {{trace_id:FixedString(32)}}
+ORDER BY ingested_at DESC
+LIMIT 1 BY span_id
+"""
 
 
 def trace_spans(*, project_id: int, trace_id: str) -> list[dict]:
-    """The trace's spans, one per span_id (the most recently ingested copy of a re-sent span)."""
+    """The trace's spans, one per span_id (the most recently ingested copy of a re-sent span).
+
+    One store round trip when the trace has a summary: its spans are read within the summary's
+    bounds. A trace not summarised yet (its spans arrived seconds ago), or whose summary is stale
+    (the spans it saw were dropped by TTL), is read again without bounds, found through the
+    trace-id bloom filter."""
     params = {"project_id": project_id, "trace_id": trace_id}
-    bounds = trace_bounds(project_id=project_id, trace_id=trace_id)
-    if bounds is None:
-        return []
-    params.update(lo=bounds[0] - _BOUNDS_MARGIN_NS, hi=bounds[1] + _BOUNDS_MARGIN_NS)
     rows = get_store().query(_SPANS_SQL, params, tag="dashboard.trace_detail.trace_spans").dicts()
     if not rows:
-        # The summary is stale (the spans it saw were dropped by TTL): find whatever is left.
-        rows = get_store().query(_SPANS_SQL.replace(_WINDOW, ""), {"project_id": project_id, "trace_id": trace_id},
-                                 tag="dashboard.trace_detail.trace_spans_unbounded").dicts()
+        rows = get_store().query(_SPANS_UNBOUNDED_SQL, params, tag="dashboard.trace_detail.trace_spans_unbounded").dicts()
     return rows
 
 
@@ -84,8 +97,8 @@ class SpanView:
     status: str
     status_message: str
     ttft_ns: int | None
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int | None  # None: not reported
+    output_tokens: int | None
     cost_usd: float | None
     attributes: dict
     resource_attributes: dict
@@ -132,6 +145,10 @@ class TraceDetail:
         e2e = self.summary.e2e_ns
         return [{"phase": p, "ns": self.summary.phase_ns.get(p, 0),
                  "share": (self.summary.phase_ns.get(p, 0) / e2e) if e2e > 0 else None} for p in PHASES]
+
+
+def _count(value) -> int | None:
+    return None if value is None else int(value)
 
 
 def _skew_note(span: dict, parent: dict | None) -> str:
@@ -197,7 +214,7 @@ def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict],
             model=str(span.get("model") or ""), start_ns=int(span["start_ns"]), duration_ns=int(span["duration_ns"]),
             status=str(span.get("status") or "ok"), status_message=str(span.get("status_message") or ""),
             ttft_ns=None if span.get("ttft_ns") is None else int(span["ttft_ns"]),
-            input_tokens=int(span.get("input_tokens") or 0), output_tokens=int(span.get("output_tokens") or 0),
+            input_tokens=_count(span.get("input_tokens")), output_tokens=_count(span.get("output_tokens")),
             cost_usd=span.get("cost_usd"), attributes=dict(span.get("attributes") or {}),
             resource_attributes=dict(span.get("resource_attributes") or {}),
             events=[{"time_ns": int(t), "name": n, "attributes": dict(a)} for t, n, a in

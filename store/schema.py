@@ -95,8 +95,8 @@ SPANS = Table(
         Column("status", "LowCardinality(String)"),  # ok|error
         Column("status_message", "String", "ZSTD(1)"),
         Column("ttft_ns", "Nullable(UInt64)", "ZSTD(1)"),  # missing is missing, never 0
-        Column("input_tokens", "UInt32", "T64, ZSTD(1)"),
-        Column("output_tokens", "UInt32", "T64, ZSTD(1)"),
+        Column("input_tokens", "Nullable(UInt32)", "ZSTD(1)"),  # not reported: NULL, never 0 (migration 0014)
+        Column("output_tokens", "Nullable(UInt32)", "ZSTD(1)"),
         Column("cost_usd", "Nullable(Float64)", "ZSTD(1)"),
         Column("attributes", "Map(LowCardinality(String), String)", "ZSTD(1)"),
         Column("resource_attributes", "Map(LowCardinality(String), String)", "ZSTD(1)"),

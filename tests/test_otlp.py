@@ -147,6 +147,20 @@ def test_ttft_from_openinference_event_and_openlit_attribute(client, project_wit
     assert spans["chat m1"]["ttft_ns"] == 205_000_000
 
 
+def test_absent_tokens_stay_absent(client, project_with_key):
+    """A span without token attributes (a failed call) stores NULL, not 0: unknown."""
+    import time
+
+    project, key = project_with_key()
+    now = time.time_ns()
+    span = otlp_json_span(startTimeUnixNano=str(now - 10**9), endTimeUnixNano=str(now), status={"code": 2},
+                          attributes=[_attr("gen_ai.operation.name", "chat"), _attr("gen_ai.request.model", "m1")])
+    payload = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    assert post(client, "/v1/traces", key, json.dumps(payload), "application/json").status_code == 200
+    row = spans_of(project.pk)["chat"]
+    assert (row["status"], row["input_tokens"], row["output_tokens"]) == ("error", None, None)
+
+
 def test_malformed_otlp_is_a_json_400(client, project_with_key):
     _, key = project_with_key()
     response = post(client, "/v1/traces", key, b"\x0a\xff\xff\xff\xff\x0f garbage", "application/x-protobuf")

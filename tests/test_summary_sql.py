@@ -53,8 +53,8 @@ def a_trace(draw):
             "status": status,
             "status_message": draw(st.sampled_from(["", "timeout", "rate limited"])) if status == "error" else "",
             "ttft_ns": draw(st.one_of(st.none(), st.integers(0, 2_000_000))),
-            "input_tokens": draw(st.sampled_from([0, 0, 1, 17, 812])),
-            "output_tokens": draw(st.sampled_from([0, 1, 2, 164])),
+            "input_tokens": draw(st.sampled_from([None, 0, 0, 1, 17, 812])),
+            "output_tokens": draw(st.sampled_from([None, 0, 1, 2, 164])),
             "cost_usd": draw(st.one_of(st.none(), st.none(), st.floats(0, 0.05, allow_nan=False))),
         })
     resend = draw(st.lists(st.sampled_from(ids), max_size=3))  # copies sent again, unchanged

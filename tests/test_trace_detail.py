@@ -7,6 +7,7 @@ import time
 import pytest
 from django.urls import reverse
 
+from store import get_store
 from dashboard.trace_detail import endpoint_p50, endpoint_recent_traces, trace_get, trace_json
 from tests.spans import llm_trace, span_id, trace_id
 from tests.trace_seed import insert_spans, seed
@@ -315,3 +316,25 @@ def test_a_trace_whose_root_has_not_arrived_is_shown_with_its_orphans(client, ma
     assert detail.summary.e2e_ns == (80 + 120 + 900 + 60) * MS  # the extent of the spans present
     html = _client(client, alice).get(reverse("dashboard:trace", args=[tid])).content.decode()
     assert ">no root</span>" in html
+
+
+def test_tokens_not_reported_are_unknown_not_zero(client, make_user, project_with_key):
+    """A failed model call sends no token counts: stored as NULL (native path), shown as "—" on the
+    span and in the header, and the sums skip it."""
+    alice = make_user()
+    project, _ = project_with_key(members=[alice])
+    spans = llm_trace()
+    failed = next(s for s in spans if s.get("phase") == "inference")
+    del failed["input_tokens"], failed["output_tokens"]
+    tid = seed(spans, project_id=project.pk)
+    stored = {r["name"]: r for r in get_store().query(
+        "SELECT name, input_tokens, output_tokens FROM spans WHERE project_id = {p:UInt64}", {"p": project.pk},
+        tag="tests.trace_detail.tokens").dicts()}
+    assert (stored[failed["name"]]["input_tokens"], stored[failed["name"]]["output_tokens"]) == (None, None)
+    detail = trace_get(project_id=project.pk, trace_id=tid)
+    assert (detail.summary.input_tokens, detail.summary.output_tokens) == (0, 0)
+    assert detail.summary.tokens_reported is False
+    span = _by_name(detail)[failed["name"]]
+    assert (span.input_tokens, span.output_tokens) == (None, None)
+    html = _client(client, alice).get(reverse("dashboard:trace", args=[tid])).content.decode()
+    assert '<dd id="fig-tokens">—</dd>' in html

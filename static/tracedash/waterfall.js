@@ -420,7 +420,8 @@
       "critical path": s.critical_ns ? fmtMs(s.critical_ns) + " of its own time" : (s.on_critical_path ? "on it, through its children" : "no"),
     };
     if (s.ttft_ns !== null) facts["TTFT"] = fmtMs(s.ttft_ns);
-    if (s.input_tokens || s.output_tokens) facts["tokens in / out"] = s.input_tokens + " / " + s.output_tokens;
+    // null: the span reported no count (unknown, not 0)
+    if (s.input_tokens != null || s.output_tokens != null) facts["tokens in / out"] = (s.input_tokens ?? "—") + " / " + (s.output_tokens ?? "—");
     if (s.cost_usd !== null) facts["cost"] = window.tracedashFormat.money(s.cost_usd);  // format.js: as the server writes it
     detailBody.append(kvTable(facts, "facts", true));
     if (s.orphan) detailBody.append(el("p", "note", "Orphan: its parent span " + s.parent_span_id + " is not in this trace (not sent, or not arrived yet)."));
