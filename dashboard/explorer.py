@@ -1,9 +1,8 @@
 """Reads of the trace explorer, over the per-trace summaries (the ``traces`` table).
 
-- ``trace_bounds``: where a trace's spans lie in time, so the trace page reads them from the
-  ``spans`` table with a narrow time range instead of a scan (the summary row is found by its
-  primary key; a trace the summariser has not seen yet falls back to the spans' trace-id bloom
-  filter).
+- ``trace_bounds``: where a trace's spans lie in time (the summary row is found by its primary
+  key; a trace the summariser has not seen yet falls back to the spans' trace-id bloom filter),
+  for a trace-id filter here; the trace page reads the same bounds inside its spans query.
 - ``explorer_page``: one page of traces matching an ``ExplorerQuery`` (time range, service,
   model, status, dominant phase, duration bounds, minimum TTFT, one attribute ``key=value``,
   trace id), sorted by start, duration, TTFT or cost, with keyset pagination: the cursor holds
