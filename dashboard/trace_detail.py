@@ -97,8 +97,8 @@ class SpanView:
     status: str
     status_message: str
     ttft_ns: int | None
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int | None  # None: not reported
+    output_tokens: int | None
     cost_usd: float | None
     attributes: dict
     resource_attributes: dict
@@ -145,6 +145,10 @@ class TraceDetail:
         e2e = self.summary.e2e_ns
         return [{"phase": p, "ns": self.summary.phase_ns.get(p, 0),
                  "share": (self.summary.phase_ns.get(p, 0) / e2e) if e2e > 0 else None} for p in PHASES]
+
+
+def _count(value) -> int | None:
+    return None if value is None else int(value)
 
 
 def _skew_note(span: dict, parent: dict | None) -> str:
@@ -210,7 +214,7 @@ def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict],
             model=str(span.get("model") or ""), start_ns=int(span["start_ns"]), duration_ns=int(span["duration_ns"]),
             status=str(span.get("status") or "ok"), status_message=str(span.get("status_message") or ""),
             ttft_ns=None if span.get("ttft_ns") is None else int(span["ttft_ns"]),
-            input_tokens=int(span.get("input_tokens") or 0), output_tokens=int(span.get("output_tokens") or 0),
+            input_tokens=_count(span.get("input_tokens")), output_tokens=_count(span.get("output_tokens")),
             cost_usd=span.get("cost_usd"), attributes=dict(span.get("attributes") or {}),
             resource_attributes=dict(span.get("resource_attributes") or {}),
             events=[{"time_ns": int(t), "name": n, "attributes": dict(a)} for t, n, a in
