@@ -101,14 +101,20 @@ def series_from_row(row: dict, *, window_seconds: float) -> Series:
     return Series(series_key(labels), labels, values, newest)
 
 
+# Under load a summariser run takes seconds and the embedded beat runs it, the rollups and the
+# alerts one after another, so the watermark is often a few seconds old when the alerts look.
+SUMMARIES_FRESH_SECONDS = 10
+
+
 def summaries_bring_up_to_date(project_id: int) -> None:
     """Summarise what arrived since the summariser's last run (incremental; cheap when nothing did),
-    unless the periodic summariser did so within two of its intervals: then the summaries are at
-    most that old, and a second run per alert round (one per rule window) would only repeat its
-    work while ingestion is busy."""
+    unless the periodic summariser brought the project up to date within ``SUMMARIES_FRESH_SECONDS``
+    (or two of its intervals, if longer): then a second run per alert round (one per rule window)
+    would only repeat its work while ingestion is busy, and the figures are at most that old."""
     from analytics.summarizer import summaries_fresh, traces_summarize
 
-    if summaries_fresh(project_id=project_id, within_seconds=2 * settings.TRACEDASH_SUMMARIZE_SECONDS):
+    within = max(SUMMARIES_FRESH_SECONDS, 2 * settings.TRACEDASH_SUMMARIZE_SECONDS)
+    if summaries_fresh(project_id=project_id, within_seconds=within):
         return
     traces_summarize(project_ids=[project_id])
 

@@ -42,6 +42,7 @@ def test_latency_alerts_summarise_only_when_the_periodic_summariser_is_behind(pr
     assert requests_seen() == 1 and len(runs) == 1
     # The periodic summariser falls behind (its last run is older than two intervals): run again.
     settings.TRACEDASH_SUMMARIZE_SECONDS = 0.001
+    monkeypatch.setattr("alerts.latency.SUMMARIES_FRESH_SECONDS", 0.001)
     insert_spans(project.pk, llm_trace(start_ns=time.time_ns() - 60 * S))
     time.sleep(0.01)
     assert requests_seen() == 2 and len(runs) == 2
