@@ -3,12 +3,18 @@
 It reads the same ``CELERY_BEAT_SCHEDULE`` a real ``celery beat`` reads and applies each due task
 locally. A failing task is logged with its traceback and retried at its next due time; it never
 stops the schedule.
+
+Entries named in ``own_thread`` run in a thread of their own, the rest one after another in a
+shared one: the summariser (every 2 s) must not wait behind a rollup or an alert round that takes
+seconds under load, or a trace's summary appears late (``bench/summary_lag.py``). In production
+Celery workers run the tasks concurrently as well; every task is idempotent.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime, timezone
 
 from celery.schedules import maybe_schedule
@@ -17,7 +23,7 @@ log = logging.getLogger("tracedash.beat")
 
 
 class EmbeddedBeat:
-    def __init__(self, app, schedule: dict, *, max_sleep: float = 1.0):
+    def __init__(self, app, schedule: dict, *, max_sleep: float = 1.0, own_thread: tuple[str, ...] = ()):
         self.app = app
         app.loader.import_default_modules()  # registers the tasks autodiscover_tasks() found
         self.entries = {
@@ -26,16 +32,21 @@ class EmbeddedBeat:
             for name, entry in schedule.items()
         }
         self.max_sleep = max_sleep
+        own = [name for name in own_thread if name in self.entries]
+        shared = [name for name in self.entries if name not in own]
+        self.lanes = [lane for lane in [shared] + [[name] for name in own] if lane]
         self.last_run: dict[str, datetime] = {}
         self.runs: dict[str, int] = {name: 0 for name in self.entries}
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
-    def tick(self, now: datetime | None = None) -> float:
-        """Run every due entry once (each is due at start); return seconds until the next is due."""
+    def tick(self, now: datetime | None = None, names=None) -> float:
+        """Run every due entry (of ``names``; default all) once, each due at start; return seconds
+        until the next is due."""
         now = now or datetime.now(timezone.utc)
         next_in = self.max_sleep
-        for name, entry in self.entries.items():
+        for name in names if names is not None else list(self.entries):
+            entry = self.entries[name]
             if self._stop.is_set():  # stopping: start no further task
                 break
             last = self.last_run.get(name)
@@ -51,17 +62,21 @@ class EmbeddedBeat:
             next_in = min(next_in, max(wait, 0.05))
         return next_in
 
-    def _loop(self) -> None:
+    def _loop(self, names: list[str]) -> None:
         while not self._stop.is_set():
-            self._stop.wait(self.tick())
+            self._stop.wait(self.tick(names=names))
 
     def start(self) -> None:
         missing = [e["task"] for e in self.entries.values() if e["task"] not in self.app.tasks]
         if missing:
             raise RuntimeError(f"beat schedule names unknown task(s): {', '.join(missing)}")
-        self._thread = threading.Thread(target=self._loop, name="tracedash-beat", daemon=True)
-        self._thread.start()
-        log.info("embedded beat running %d scheduled task(s) in-process", len(self.entries))
+        for n, lane in enumerate(self.lanes):
+            thread = threading.Thread(target=self._loop, args=(lane,), daemon=True,
+                                      name="tracedash-beat" if n == 0 else f"tracedash-beat-{lane[0]}")
+            self._threads.append(thread)
+            thread.start()
+        log.info("embedded beat running %d scheduled task(s) in-process (%d thread(s))", len(self.entries),
+                 len(self.lanes))
 
     def request_stop(self) -> None:
         """Start no further task; the one running (if any) finishes. ``stop()`` waits for it."""
@@ -71,10 +86,10 @@ class EmbeddedBeat:
         """Stop the schedule and wait for a running task to return (its ClickHouse queries must
         be over before the store closes). True when the thread has ended."""
         self._stop.set()
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if any(thread.is_alive() for thread in self._threads):
             log.warning("embedded beat: a scheduled task still runs after %.0f s of waiting", timeout)
             return False
         return True

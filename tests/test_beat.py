@@ -64,6 +64,45 @@ def test_a_failing_task_is_logged_and_the_schedule_goes_on():
     assert len(failures) == 2 and "boom" in str(failures[0].exc_info[1])
 
 
+SLOW_RUNNING = []
+FAST_WHILE_SLOW = []
+
+
+@shared_task(name="tests.slow_task")
+def slow_task():
+    import threading
+
+    done = threading.Event()
+    SLOW_RUNNING.append(done)
+    done.wait(60)  # released by the test once the fast task has run meanwhile
+
+
+@shared_task(name="tests.fast_task")
+def fast_task():
+    if SLOW_RUNNING and not SLOW_RUNNING[-1].is_set():
+        FAST_WHILE_SLOW.append(1)
+
+
+def test_an_entry_with_its_own_thread_runs_while_the_others_are_busy():
+    from tests.conftest import wait_until
+
+    SLOW_RUNNING.clear()
+    FAST_WHILE_SLOW.clear()
+    beat = EmbeddedBeat(app, {"slow": {"task": "tests.slow_task", "schedule": 3600.0},
+                              "fast": {"task": "tests.fast_task", "schedule": 0.05}}, own_thread=("fast",))
+    assert beat.lanes == [["slow"], ["fast"]]
+    beat.start()
+    try:
+        wait_until(lambda: SLOW_RUNNING, message="the slow task started")
+        # The shared thread is stuck in the slow task; the summariser-like entry keeps its schedule.
+        wait_until(lambda: len(FAST_WHILE_SLOW) >= 3, message="the own-thread task ran while the slow one ran")
+    finally:
+        beat.request_stop()
+        for event in SLOW_RUNNING:
+            event.set()
+        assert beat.stop(timeout=60)
+
+
 def test_unknown_task_in_schedule_fails_at_start():
     beat = EmbeddedBeat(app, {"x": {"task": "no.such.task", "schedule": 1.0}})
     with pytest.raises(RuntimeError, match="no.such.task"):

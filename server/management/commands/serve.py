@@ -72,7 +72,9 @@ class Command(BaseCommand):
                 from config.celery import app
                 from server.embedded_beat import EmbeddedBeat
 
-                beat = EmbeddedBeat(app, settings.CELERY_BEAT_SCHEDULE)
+                # The summariser in a thread of its own: a trace's summary must not wait behind a
+                # rollup or an alert round.
+                beat = EmbeddedBeat(app, settings.CELERY_BEAT_SCHEDULE, own_thread=("traces-summarize",))
                 beat.start()
             demo = self._start_demo(host, port) if settings.ENV.demo and embedded else None
             shown = f"[{host}]" if ":" in host else host
