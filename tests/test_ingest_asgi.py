@@ -59,12 +59,7 @@ def _spans(n: int = 1) -> bytes:
     return json.dumps({"spans": [s for _ in range(n) for s in llm_trace()]}).encode()
 
 
-def test_a_batch_is_stored_without_starting_a_thread_and_with_the_security_headers(project_with_key, monkeypatch):
-    _, raw = project_with_key()
-    auth = {"authorization": f"Bearer {raw}"}
-    status, headers, body = _call("POST", "/api/v1/traces", _spans(), auth)  # first use: the key from the database
-    assert status == 200 and json.loads(body)["accepted"] == len(llm_trace()), body
-
+def _counting_threads(monkeypatch) -> list:
     started = []
     original = threading.Thread.start
 
@@ -73,6 +68,16 @@ def test_a_batch_is_stored_without_starting_a_thread_and_with_the_security_heade
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(threading.Thread, "start", counting_start)
+    return started
+
+
+def test_a_batch_is_stored_without_starting_a_thread_and_with_the_security_headers(project_with_key, monkeypatch):
+    _, raw = project_with_key()
+    auth = {"authorization": f"Bearer {raw}"}
+    status, headers, body = _call("POST", "/api/v1/traces", _spans(), auth)  # first use: the key from the database
+    assert status == 200 and json.loads(body)["accepted"] == len(llm_trace()), body
+
+    started = _counting_threads(monkeypatch)
     for _ in range(5):
         status, headers, body = _call("POST", "/api/v1/traces", _spans(), auth)
         assert status == 200 and json.loads(body) == {"accepted": len(llm_trace()), "rejected": []}
@@ -112,18 +117,6 @@ def test_a_lost_metadata_database_is_a_json_503(project_with_key, monkeypatch):
     status, headers, body = _call("POST", "/v1/traces", b"{}", {"authorization": f"Bearer {raw}"})
     assert status == 503, body
     assert json.loads(body)["error"]["code"] == "database_unavailable" and "retry-after" in headers
-
-
-def _counting_threads(monkeypatch) -> list:
-    started = []
-    original = threading.Thread.start
-
-    def counting_start(self, *args, **kwargs):
-        started.append(self.name)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(threading.Thread, "start", counting_start)
-    return started
 
 
 def test_reads_with_a_key_take_the_fast_path_and_reads_with_a_session_go_to_django(project_with_key, monkeypatch):
