@@ -100,17 +100,13 @@ class KeyCache:
 CACHE = KeyCache()
 
 
-def _key_changed(sender, instance, created=False, **kwargs) -> None:
-    if not created:  # a new key is not in anyone's memory yet (misses are not remembered)
-        revision_bump()
-
-
-def _project_changed(sender, instance, created=False, **kwargs) -> None:
+def _changed(sender, instance, created=False, **kwargs) -> None:
+    """A key or project saved or deleted. A new one is in no process's memory yet (misses are not
+    remembered), so only changes and deletions move the revision."""
     if not created:
         revision_bump()
 
 
-post_save.connect(_key_changed, sender=ApiKey, dispatch_uid="projects.keycache.key_saved")
-post_delete.connect(_key_changed, sender=ApiKey, dispatch_uid="projects.keycache.key_deleted")
-post_save.connect(_project_changed, sender=Project, dispatch_uid="projects.keycache.project_saved")
-post_delete.connect(_project_changed, sender=Project, dispatch_uid="projects.keycache.project_deleted")
+for _model in (ApiKey, Project):
+    post_save.connect(_changed, sender=_model, dispatch_uid=f"projects.keycache.{_model.__name__}.saved")
+    post_delete.connect(_changed, sender=_model, dispatch_uid=f"projects.keycache.{_model.__name__}.deleted")
