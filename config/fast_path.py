@@ -31,8 +31,8 @@ import logging
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import DisallowedHost
-from django.db import close_old_connections
 from django.core.handlers.asgi import ASGIRequest
+from django.db import close_old_connections
 from django.http import JsonResponse
 from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, get_resolver, resolve
@@ -76,15 +76,13 @@ async def db_call(fn, /, *args, **kwargs):
     return await sync_to_async(run)()
 
 
-def _security() -> SecurityMiddleware:
-    return SecurityMiddleware(lambda request: None)
-
-
 class ApiFastPath:
     def __init__(self, app):
         self.app = app
         self._resolved: dict[str, tuple] = {}
-        self._security = None
+        # Its process_request/process_response only, as Django would apply them (it reads the
+        # SECURE_* settings once, here, as Django's middleware chain does at start-up).
+        self._security = SecurityMiddleware(lambda request: None)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -121,8 +119,6 @@ class ApiFastPath:
             if not message.get("more_body"):
                 break
         request = ASGIRequest(scope, io.BytesIO(b"".join(chunks)))
-        if self._security is None:
-            self._security = _security()
         FAST_PATH.set(True)  # this request's task only
         try:
             request.get_host()  # ALLOWED_HOSTS, as CommonMiddleware checks it
@@ -144,7 +140,7 @@ class ApiFastPath:
 
 def _server_error(request):
     """``handler500``'s answer for the exception being handled (it reads ``sys.exc_info()``)."""
-    log.error("ingest request failed: %s", request.path, exc_info=True)
+    log.error("API request failed: %s", request.path, exc_info=True)
     return get_resolver().resolve_error_handler(500)(request)
 
 
@@ -155,6 +151,9 @@ def _has_authorization(scope) -> bool:
 
 
 async def _send(response, send) -> None:
+    """The response over ASGI. Not ``ASGIHandler.send_response``: that also closes the response in
+    Django's sync thread (the request_finished signal, a thread hand-off per request); here the
+    connection checks are ``db_call``'s. The body is whole, so it carries its Content-Length."""
     body = response.content
     headers = [(str(k).encode("ascii"), str(v).encode("latin1")) for k, v in response.items()]
     if not response.has_header("Content-Length"):
