@@ -41,6 +41,14 @@ def trace_id_valid(trace_id: str) -> bool:
     return bool(TRACE_ID_RE.match(trace_id or ""))
 
 
+_SPANS_SELECT = f"""
+SELECT {SPAN_FIELDS_SQL}, attributes, resource_attributes,
+    arrayMap(t -> toUnixTimestamp64Nano(t), event_times) AS event_ns, event_names, event_attributes
+FROM spans
+WHERE project_id = {{project_id:UInt64}} AND trace_id = {{trace_id:FixedString(32)}}{{window}}
+ORDER BY ingested_at DESC
+LIMIT 1 BY span_id
+"""
 # One round trip: the trace's bounds come from its summary (a primary-key lookup in ``traces``, a
 # scalar subquery ClickHouse evaluates before it chooses the partitions and granules to read).
 _SPANS_SQL = f"""
@@ -49,23 +57,8 @@ WITH (
             fromUnixTimestamp64Nano(toUnixTimestamp64Nano(spans_end) + {_BOUNDS_MARGIN_NS}))
     FROM traces WHERE project_id = {{project_id:UInt64}} AND trace_id = {{trace_id:FixedString(32)}}
     ORDER BY version DESC LIMIT 1
-) AS bounds
-SELECT {SPAN_FIELDS_SQL}, attributes, resource_attributes,
-    arrayMap(t -> toUnixTimestamp64Nano(t), event_times) AS event_ns, event_names, event_attributes
-FROM spans
-WHERE project_id = {{project_id:UInt64}} AND trace_id = {{trace_id:FixedString(32)}}
-  AND start_time >= bounds.1 AND start_time <= bounds.2
-ORDER BY ingested_at DESC
-LIMIT 1 BY span_id
-"""
-_SPANS_UNBOUNDED_SQL = f"""
-SELECT {SPAN_FIELDS_SQL}, attributes, resource_attributes,
-    arrayMap(t -> toUnixTimestamp64Nano(t), event_times) AS event_ns, event_names, event_attributes
-FROM spans
-WHERE project_id = {{project_id:UInt64}} AND trace_id = {{trace_id:FixedString(32)}}
-ORDER BY ingested_at DESC
-LIMIT 1 BY span_id
-"""
+) AS bounds""" + _SPANS_SELECT.replace("{window}", "\n  AND start_time >= bounds.1 AND start_time <= bounds.2")
+_SPANS_UNBOUNDED_SQL = _SPANS_SELECT.replace("{window}", "")
 
 
 def trace_spans(*, project_id: int, trace_id: str) -> list[dict]:
