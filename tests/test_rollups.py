@@ -307,7 +307,9 @@ def test_stats_without_percentiles(seeded):
     project, start, end = seeded
     full = rollups.window_stats(project_id=project.pk, start=utc(start), end=utc(end))
     bare = rollups.window_stats(project_id=project.pk, start=utc(start), end=utc(end), histograms=())
-    assert bare.requests == full.requests == 1200 and bare.cost_usd == full.cost_usd
+    # ClickHouse sums Float64 in whatever order its threads finish: two reads of the same rows may
+    # differ in the last bit (seen once: 0.24238500000000002 vs …04), never more.
+    assert bare.requests == full.requests == 1200 and bare.cost_usd == pytest.approx(full.cost_usd, rel=1e-12)
     assert bare.e2e_ms[0.95] is None and full.e2e_ms[0.95] is not None
 
 
