@@ -21,12 +21,17 @@ random trees); the SQL follows it step by step:
      (inference > network > preprocess > postprocess > other; the root's own time below all
      other spans'). With ``L(k)`` the time covered by segments of priority >= k, the time whose
      highest priority is k is ``L(k) - L(k+1)``; a phase gets its two priorities' share.
+   - *beneath a model call*: a span whose phase came from the fallback rules and whose chain of
+     such parents ends at an inference span takes inference's priority (``_effective_priorities``:
+     pointer jumping over the parent indexes, as trace_math.phases_effective).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+
+from analytics.trace_math import INHERIT_DEPTH
 
 PHASES = ("network", "preprocess", "inference", "postprocess", "other")
 _PRIORITY = {"inference": 5, "network": 4, "preprocess": 3, "postprocess": 2, "other": 1}
@@ -71,6 +76,30 @@ _KNOWN_PHASES = ", ".join(f"'{name}'" for name in PHASES)
 # new price table changes it too.
 DIGEST_SQL = "sum(cityHash64(span_id, ingested_at))"
 _PRICES_HASH = "cityHash64({prices:String})"
+
+
+def _effective_priorities() -> str:
+    """``epris``: each span's priority with a fallback-phase span beneath a model call counted as
+    inference (trace_math.phases_effective). ``par[i]``: the parent's index (0: none), from the
+    parent links sorted by child; ``a0[i]``: the parent for a fallback span, the span itself for the
+    rest (where a chain stops); each of the fold's steps ``a = a[a]`` doubles the links followed, so
+    at the end a span points at the end of its chain when that is at most ``INHERIT_DEPTH`` away.
+    (A fold, not one alias per step: ClickHouse inlines aliases, and ``a[a]`` would double each time.)"""
+    steps = INHERIT_DEPTH.bit_length() - 1
+    assert 2 ** steps == INHERIT_DEPTH
+    inference = _PRIORITY["inference"]
+    return (
+        "arraySort(arrayConcat(arrayMap(l -> (toUInt64(l.1), toUInt64(l.2)), links),"
+        " arrayMap(i -> (toUInt64(i), toUInt64(0)), idxs))) AS pl,\n        "
+        "arrayMap(t -> t.2, arrayFilter((t, k) -> k = length(pl) OR pl[k + 1].1 != t.1, pl, arrayEnumerate(pl))) AS par,\n        "
+        f"arrayFold((a, step) -> arrayMap(x -> a[x], a), range({steps}),"
+        " arrayMap(i -> if(sp[i].6 = 1 AND par[i] > 0, par[i], toUInt64(i)), idxs)) AS chain_end,\n        "
+        f"arrayMap(i -> if(sp[i].6 = 1 AND chain_end[i] != i AND sp[chain_end[i]].5 = {inference},"
+        f" pris[i] - sp[i].5 + {inference}, pris[i]), idxs) AS epris"
+    )
+
+
+_EFFECTIVE_PRIORITIES = _effective_priorities()
 
 
 def _spans_where(trace_filter: str, span_filter: str) -> str:
@@ -131,7 +160,7 @@ FROM (
     SELECT *,
         -- each span's own time, clipped to the root: (start, end, priority)
         arrayFilter(s -> s.2 > s.1 AND s.3 > 0, arrayMap(k -> (greatest(CE[k].2, lo), least(CE[k + 1].2, hi),
-            if(CE[k].1 = CE[k + 1].1 AND cover[k] = 0, pris[CE[k].1], 0)), range(1, toUInt64(length(CE))))) AS own,
+            if(CE[k].1 = CE[k + 1].1 AND cover[k] = 0, epris[CE[k].1], 0)), range(1, toUInt64(length(CE))))) AS own,
         arraySort(arrayConcat(arrayMap(s -> (s.1, toInt8(1), s.3), own), arrayMap(s -> (s.2, toInt8(-1), s.3), own))) AS GE,
         arrayMap(i -> if(i < length(GE), GE[i + 1].1 - GE[i].1, 0), arrayEnumerate(GE)) AS glen
     FROM (
@@ -145,7 +174,8 @@ FROM (
             arrayMap(i -> (i, sts[i], toInt8(0)), idxs), arrayMap(i -> (i, ens[i], toInt8(0)), idxs))) AS CE
     FROM (
     SELECT *,
-        arrayFilter(t -> t.3 > t.2, arrayMap(l -> (l.2, greatest(sts[l.1], sts[l.2]), least(ens[l.1], ens[l.2])), links)) AS kids
+        arrayFilter(t -> t.3 > t.2, arrayMap(l -> (l.2, greatest(sts[l.1], sts[l.2]), least(ens[l.1], ens[l.2])), links)) AS kids,
+        {_EFFECTIVE_PRIORITIES}
     FROM (
     SELECT *,
         -- parent links: (child index, parent index) for spans whose parent is in the trace
@@ -190,7 +220,7 @@ FROM (
             arraySort(groupUniqArrayIf(toString(service), service != '')) AS services,
             arraySort(groupUniqArrayIf(toString(model), model != '')) AS models,
             arraySort(groupUniqArrayIf(toString(raw_phase), raw_phase != '')) AS phases,
-            groupArray((sid, parent, st, en, {_PRIORITY_SQL})) AS sp,
+            groupArray((sid, parent, st, en, {_PRIORITY_SQL}, fallback)) AS sp,
             sum(h) AS digest,
             max(loadtest_run_id != '') AS loadtest
         FROM (
@@ -198,6 +228,7 @@ FROM (
                 if(raw_phase IN ({_KNOWN_PHASES}), raw_phase, 'other') AS ph, v.4 AS service, v.5 AS model,
                 toInt64(toUnixTimestamp64Nano(v.6)) AS st, toInt64(v.7) AS dur, st + dur AS en,
                 v.8 AS status, v.9 AS status_message, v.10 AS ttft, ifNull(v.11, 0) AS input_tokens, ifNull(v.12, 0) AS output_tokens, v.14 AS loadtest_run_id,
+                v.15 AS fallback,
                 JSONExtract({{prices:String}}, 'Map(String, Array(Float64))') AS price_map,
                 mapContains(price_map, toString(model)) AND (input_tokens > 0 OR output_tokens > 0) AS priced,
                 if(v.13 IS NOT NULL, v.13,
@@ -208,7 +239,7 @@ FROM (
             FROM (
                 SELECT trace_id, span_id,
                     argMax((parent_span_id, name, phase, service, model, start_time, duration_ns, status, status_message,
-                            ttft_ns, input_tokens, output_tokens, cost_usd, loadtest_run_id), ingested_at) AS v,
+                            ttft_ns, input_tokens, output_tokens, cost_usd, loadtest_run_id, phase_fallback), ingested_at) AS v,
                     {DIGEST_SQL} AS h
                 FROM spans
                 WHERE {_spans_where(trace_filter, span_filter)}

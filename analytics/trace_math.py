@@ -8,6 +8,7 @@ nanoseconds). Pure Python, no Django or store import; linear-logarithmic in the 
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ PHASES = ("network", "preprocess", "inference", "postprocess", "other")
 _PRIORITY = {"inference": 5, "network": 4, "preprocess": 3, "postprocess": 2, "other": 1}
 
 # The columns a caller selects from ``spans`` to feed these functions (deduplicate per span_id).
-SPAN_FIELDS_SQL = """span_id, parent_span_id, name, phase, service, model,
+SPAN_FIELDS_SQL = """span_id, parent_span_id, name, phase, phase_fallback, service, model,
     toUnixTimestamp64Nano(start_time) AS start_ns, duration_ns, status, status_message,
     ttft_ns, input_tokens, output_tokens, cost_usd"""
 
@@ -33,9 +34,16 @@ def _end(span: Span) -> int:
     return int(span["start_ns"]) + int(span["duration_ns"])
 
 
-def _phase(span: Span) -> str:
+def phase_of(span: Span) -> str:
+    """The phase the span was stored with (unknown or empty: ``other``)."""
     phase = span.get("phase") or "other"
     return phase if phase in _PRIORITY else "other"
+
+
+# A span whose phase came from the fallback rules (``phase_fallback``: it stated none) and that lies
+# beneath a model call is part of that call and counts as inference; the link is followed through
+# at most this many such spans (the SQL summary's pointer jumping covers 2 ** 10 steps).
+INHERIT_DEPTH = 1024
 
 
 def dedupe(spans: Iterable[Span]) -> list[Span]:
@@ -115,12 +123,52 @@ class Tree:
             return 0, 0
         return min(map(_start, self.spans.values())), max(map(_end, self.spans.values()))
 
+    @functools.cached_property
+    def phases(self) -> dict[str, str]:
+        """Each span's phase in the figures (``phases_effective``), computed once per tree."""
+        return phases_effective(self)
+
     def self_intervals(self, span_id: str) -> list[tuple[int, int]]:
         """The span's own time: its interval minus what its children cover (clipped to it)."""
         span = self.spans[span_id]
         start, end = _start(span), _end(span)
         kids = [(max(start, _start(self.spans[c])), min(end, _end(self.spans[c]))) for c in self.children.get(span_id, ())]
         return _subtract(start, end, _merge(kids))
+
+
+def phases_effective(tree: Tree) -> dict[str, str]:
+    """Each span's phase in the figures: its own, except that a span whose phase came from the
+    fallback rules counts as ``inference`` when the chain of such spans above it ends at a model call
+    (an inference span), within ``INHERIT_DEPTH`` steps: the HTTP request beneath an LLM span is the
+    model call's time, not network time."""
+    # span -> (phase of the first span up the chain that is not a fallback one, steps to it)
+    reached: dict[str, tuple[str | None, int]] = {}
+    for start in tree.spans:
+        path: list[str] = []
+        on_path: set[str] = set()
+        current = start
+        while current not in reached:
+            span = tree.spans[current]
+            parent = str(span.get("parent_span_id") or "")
+            if not span.get("phase_fallback") or parent not in tree.spans or parent == current:
+                reached[current] = (phase_of(span), 0)
+                break
+            if current in on_path:  # a cycle of fallback spans: no model call above them
+                for node in path:
+                    reached[node] = (None, 0)
+                break
+            path.append(current)
+            on_path.add(current)
+            current = parent
+        for node, above in zip(reversed(path), reversed(path[1:] + [current])):
+            if node not in reached:
+                phase, steps = reached[above]
+                reached[node] = (phase, steps + 1)
+    out = {}
+    for span_id, span in tree.spans.items():
+        phase, steps = reached[span_id]
+        out[span_id] = "inference" if phase == "inference" and 1 <= steps <= INHERIT_DEPTH else phase_of(span)
+    return out
 
 
 def self_times(spans: Iterable[Span]) -> dict[str, int]:
@@ -139,11 +187,12 @@ def phase_times(spans: Iterable[Span], tree: Tree | None = None) -> dict[str, in
     """
     tree = tree or Tree.build(spans)
     lo, hi = tree.extent()
+    phases = tree.phases
     events: list[tuple[int, int, int]] = []  # (time, +1/-1, priority)
-    for span_id, span in tree.spans.items():
+    for span_id in tree.spans:
         # A root's own time ranks below every other span's self time: an orphan (its parent never
         # arrived) lies inside some unknown child of the root, so it takes the time it covers.
-        priority = _PRIORITY[_phase(span)] + (0 if span_id == tree.root else 5)
+        priority = _PRIORITY[phases[span_id]] + (0 if span_id == tree.root else 5)
         for start, end in tree.self_intervals(span_id):
             start, end = max(start, lo), min(end, hi)
             if end > start:
@@ -269,7 +318,7 @@ def trace_summarize(spans: Iterable[Span], *, prices: Mapping[str, tuple[float, 
     all_spans = sorted(tree.spans.values(), key=lambda s: (_start(s), str(s["span_id"])))
     lo, hi = tree.extent()
     root = tree.spans[tree.root] if tree.root is not None else (all_spans[0] if all_spans else {})
-    calls = [s for s in all_spans if _phase(s) == "inference"]
+    calls = [s for s in all_spans if phase_of(s) == "inference"]
     token_spans = calls if any(int(s.get("input_tokens") or 0) or int(s.get("output_tokens") or 0) for s in calls) else all_spans
     first_call = next((s for s in calls if s.get("ttft_ns") is not None), None)
     ttft = int(first_call["ttft_ns"]) if first_call is not None else None

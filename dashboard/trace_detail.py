@@ -22,7 +22,8 @@ from operator import attrgetter
 from store import get_store
 
 from analytics.prices import prices_for_project
-from analytics.trace_math import PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, trace_summarize
+from analytics.trace_math import (PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, phase_of,
+                                   trace_summarize)
 
 TRACE_ID_RE = re.compile(r"[0-9a-f]{32}\Z")
 NS = 1_000_000_000
@@ -82,7 +83,8 @@ class SpanView:
     span_id: str
     parent_span_id: str
     name: str
-    phase: str
+    phase: str  # in the figures: a span that stated no phase beneath a model call is inference
+    reported_phase: str  # the phase it was stored with, where that differs ('' otherwise)
     service: str
     model: str
     start_ns: int
@@ -203,7 +205,8 @@ def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict],
         self_ns = sum(e - s for s, e in tree.self_intervals(span_id))
         views.append(SpanView(
             span_id=span_id, parent_span_id=str(span.get("parent_span_id") or ""), name=str(span["name"]),
-            phase=str(span.get("phase") or "other"), service=str(span.get("service") or ""),
+            phase=tree.phases[span_id], service=str(span.get("service") or ""),
+            reported_phase="" if tree.phases[span_id] == phase_of(span) else phase_of(span),
             model=str(span.get("model") or ""), start_ns=int(span["start_ns"]), duration_ns=int(span["duration_ns"]),
             status=str(span.get("status") or "ok"), status_message=str(span.get("status_message") or ""),
             ttft_ns=None if span.get("ttft_ns") is None else int(span["ttft_ns"]),

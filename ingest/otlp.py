@@ -42,6 +42,9 @@ STATUS_CODE_ERROR = 2
 MODEL_OPERATIONS = {"chat", "text_completion", "generate_content", "embeddings", "completion"}
 OPENINFERENCE_PHASES = {"LLM": "inference", "EMBEDDING": "inference", "RETRIEVER": "preprocess",
                         "RERANKER": "preprocess", "GUARDRAIL": "postprocess", "EVALUATOR": "postprocess"}
+# The OpenInference span kinds that state what a span is; those not above (the app's own steps
+# around the model: chains, tools, agents, prompts, decisions) are ``other``. UNKNOWN states nothing.
+OPENINFERENCE_KINDS = frozenset(OPENINFERENCE_PHASES) | {"CHAIN", "TOOL", "AGENT", "PROMPT", "DECISION"}
 # TTFT in seconds as an attribute: the GenAI conventions' streaming attribute, then OpenLIT's.
 TTFT_SECONDS_KEYS = ("gen_ai.response.time_to_first_chunk", "gen_ai.server.time_to_first_token")
 # Span events marking the first streamed token: tracedash's SDK, then OpenInference
@@ -269,21 +272,26 @@ def _number(attributes: dict, keys: tuple[str, ...], field_name: str, *, integer
     return None
 
 
-def derive_phase(span: OtlpSpan) -> str:
+def derive_phase(span: OtlpSpan) -> tuple[str, bool]:
+    """(phase, fallback): the phase the span states (``tracedash.phase``, a GenAI model operation,
+    an OpenInference kind), else the fallback rules' (an HTTP/RPC client span is ``network``, the
+    rest ``other``) with ``fallback`` True: such a span beneath a model call is part of the call."""
     attributes = span.attributes
     explicit = attributes.get("tracedash.phase")
     if explicit in PHASES:
-        return explicit
+        return explicit, False
     operation = attributes.get("gen_ai.operation.name")
     if operation in MODEL_OPERATIONS or (operation is None and "gen_ai.request.model" in attributes):
-        return "inference"
+        return "inference", False
+    if operation is not None:  # a GenAI step that is not the model call: invoke_agent, execute_tool, ...
+        return "other", False
     kind = attributes.get("openinference.span.kind")
-    if isinstance(kind, str) and kind.upper() in OPENINFERENCE_PHASES:
-        return OPENINFERENCE_PHASES[kind.upper()]
+    if isinstance(kind, str) and kind.upper() in OPENINFERENCE_KINDS:
+        return OPENINFERENCE_PHASES.get(kind.upper(), "other"), False
     if span.kind == SPAN_KIND_CLIENT and not any(k.startswith("gen_ai.") for k in attributes) \
             and any(k in attributes for k in NETWORK_KEYS):
-        return "network"
-    return "other"
+        return "network", True
+    return "other", True
 
 
 def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
@@ -322,13 +330,15 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
             flat["otel.scope.version"] = span.scope_version[:256]
     cost = _number(attributes, ("gen_ai.usage.cost", "llm.cost.total"), "cost", integer=False, maximum=MAX_COST_USD)
     service = span.resource.get("service.name")
+    phase, phase_fallback = derive_phase(span)
     return {
         "project_id": project_id,
         "trace_id": trace_id,
         "span_id": span_id,
         "parent_span_id": parent,
         "name": span.name,
-        "phase": derive_phase(span),
+        "phase": phase,
+        "phase_fallback": int(phase_fallback),
         "service": service[:256] if isinstance(service, str) and service else "unknown",
         "model": model[:256],
         "start_time": start_ns,

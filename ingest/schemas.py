@@ -365,6 +365,7 @@ def _span_row(span, project_id: int, limits: Limits, attributes: dict, resource:
         "parent_span_id": parent,
         "name": span.name,
         "phase": span.phase or "other",
+        "phase_fallback": 0 if span.phase else 1,  # no phase given: part of a model call it lies beneath
         "service": span.service or "unknown",
         "model": span.model or "",
         "start_time": start_ns,

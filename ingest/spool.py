@@ -135,8 +135,11 @@ class Spool:
 
     def remove(self, path: Path) -> None:
         with self._lock:
-            size = path.stat().st_size
-            path.unlink()
+            try:
+                size = path.stat().st_size
+                path.unlink()
+            except FileNotFoundError:  # another replay of this spool took it first (its token dedups the insert)
+                return
             _fsync_dir(self.directory)
             self._bytes -= size
             self._count -= 1

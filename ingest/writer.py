@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from store import StoreError, StoreUnavailable, get_store
+from store.schema import TABLES
 
 from .spool import Spool, SpoolFull
 
@@ -181,9 +182,14 @@ class IngestWriter:
         for path in spool.segments():
             if self._stopping:
                 return False  # stopping: the rest stays in the spool (on disk) for the next start
-            segment = spool.read(path)
             try:
-                get_store().insert(segment.table, segment.rows, tag="ingest.writer.replay", dedup_token=segment.token)
+                segment = spool.read(path)
+            except FileNotFoundError:  # another replay of this spool took it meanwhile
+                continue
+            table = TABLES.get(segment.table)
+            rows = table.rows_completed(segment.rows) if table is not None else segment.rows
+            try:
+                get_store().insert(segment.table, rows, tag="ingest.writer.replay", dedup_token=segment.token)
             except StoreUnavailable as exc:
                 self.stats["replay_failures"] += 1
                 log.warning("spool replay of %s waits for ClickHouse: %s", path.name, exc)

@@ -36,6 +36,16 @@ class Table:
     ttl: str = ""  # may use {retention_days}
     indexes: tuple[str, ...] = ()
     settings: str = "index_granularity = 8192"
+    # Insert columns added after rows could already wait in a spool segment, with the value such an
+    # older row gets on replay (``rows_completed``).
+    added_columns: tuple[tuple[str, object], ...] = ()
+
+    def rows_completed(self, rows: list) -> list:
+        """Rows written before ``added_columns`` existed, given those columns' values for old rows."""
+        for name, value in self.added_columns:
+            if rows and name not in rows[0]:
+                rows = [{**row, name: value} if name not in row else row for row in rows]
+        return rows
 
     @property
     def insert_columns(self) -> tuple[Column, ...]:
@@ -88,6 +98,10 @@ SPANS = Table(
         Column("parent_span_id", "String", "ZSTD(1)"),  # '' for a root span
         Column("name", "LowCardinality(String)"),
         Column("phase", "LowCardinality(String)"),  # network|preprocess|inference|postprocess|other
+        # 1 when the span did not state its phase and it was derived by the fallback rules (an HTTP
+        # client span => network, else other): beneath a model call such a span is part of the call
+        # and counts as inference (migration 0016). 0 for a stated phase and for older rows.
+        Column("phase_fallback", "UInt8"),
         Column("service", "LowCardinality(String)"),
         Column("model", "LowCardinality(String)"),
         Column("start_time", DATETIME_NS, "DoubleDelta, ZSTD(1)"),
@@ -118,6 +132,7 @@ SPANS = Table(
         "idx_duration duration_ns TYPE minmax GRANULARITY 4",
     ),
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+    added_columns=(("phase_fallback", 0),),
 )
 
 RESOURCE_SAMPLES = Table(

@@ -77,6 +77,23 @@ def test_replaying_a_segment_twice_stores_it_once(tmp_path, project_with_key):
         writer.stop()
 
 
+def test_a_segment_spooled_before_an_upgrade_added_a_column_is_replayed(tmp_path, project_with_key):
+    """A segment written by the previous release lacks the columns added since (``phase_fallback``):
+    it is replayed with their value for old rows, not refused and quarantined."""
+    project, _ = project_with_key()
+    spool = Spool(tmp_path / "slot-0", max_bytes=10**8)
+    writer = IngestWriter(spool)
+    try:
+        rows = [{k: v for k, v in row.items() if k != "phase_fallback"} for row in rows_for(project.pk, 2)]
+        spool.append("spans", "segment-before-upgrade", rows)
+        assert writer.replay(spool) and spool.pending() == 0
+        stored = get_store().query("SELECT phase_fallback FROM spans WHERE project_id = {p:UInt64}",
+                                   {"p": project.pk}, tag="tests.count").dicts()
+        assert [r["phase_fallback"] for r in stored] == [0] * len(rows)
+    finally:
+        writer.stop()
+
+
 def test_a_full_spool_answers_503(client, project_with_key, settings):
     _, key = project_with_key()
     writer = get_writer()

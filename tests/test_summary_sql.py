@@ -45,6 +45,8 @@ def a_trace(draw):
             "name": draw(st.sampled_from(["chat", "retrieve", "llm.call", "http"])),
             "phase": draw(st.sampled_from(["network", "preprocess", "inference", "inference", "postprocess", "other", "",
                                            "queue"])),
+            # no stated phase: beneath a model call (through other such spans) it counts as inference
+            "phase_fallback": draw(st.sampled_from([0, 0, 1])),
             "service": draw(st.sampled_from(["api", "worker", ""])),
             "model": draw(st.sampled_from(["m1", "m2", ""])),
             # microsecond grid: ties and touching intervals happen often
@@ -65,6 +67,7 @@ def _row(project_id, trace_id, span, base_ns):
     return {
         "project_id": project_id, "trace_id": trace_id, "span_id": span["span_id"],
         "parent_span_id": span["parent_span_id"], "name": span["name"], "phase": span["phase"],
+        "phase_fallback": span.get("phase_fallback", 0),
         "service": span["service"], "model": span["model"], "start_time": base_ns + span["start_ns"],
         "duration_ns": span["duration_ns"], "status": span["status"], "status_message": span["status_message"],
         "ttft_ns": span["ttft_ns"], "input_tokens": span["input_tokens"], "output_tokens": span["output_tokens"],
@@ -206,3 +209,35 @@ def test_load_test_traffic_is_marked_on_the_summary():
     summarize_sql(["e" * 32, "f" * 32])
     rows = computed(["e" * 32, "f" * 32])
     assert rows["e" * 32]["loadtest"] == 1 and rows["f" * 32]["loadtest"] == 0
+
+
+def test_a_fallback_span_beneath_a_model_call_is_inference_even_when_it_arrives_first():
+    """OpenLIT's (and httpx auto-instrumentation's) HTTP span beneath an LLM span says nothing of its
+    phase: the HTTP client rule makes it network, but it is the model call's time. It is exported
+    before its parent (it ends first), so the summary decides, not the ingest; a span that states
+    ``network`` beneath the call stays network."""
+    import time
+
+    base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    root = {"span_id": "1" * 16, "parent_span_id": "", "name": "POST /chat", "phase": "other", "phase_fallback": 1,
+            "service": "api", "model": "", "start_ns": 0, "duration_ns": 1_000_000, "status": "ok",
+            "status_message": "", "ttft_ns": None, "input_tokens": None, "output_tokens": None, "cost_usd": None}
+    call = dict(root, span_id="2" * 16, parent_span_id="1" * 16, name="chat sim-gpt", phase="inference",
+                phase_fallback=0, model="m1", start_ns=100_000, duration_ns=800_000)
+    http = dict(root, span_id="3" * 16, parent_span_id="2" * 16, name="POST", phase="network", phase_fallback=1,
+                start_ns=150_000, duration_ns=700_000)
+    connect = dict(http, span_id="4" * 16, parent_span_id="3" * 16, name="connect", phase="other",
+                   start_ns=150_000, duration_ns=100_000)
+    stated = dict(http, span_id="5" * 16, parent_span_id="2" * 16, name="upload", phase="network", phase_fallback=0,
+                  start_ns=860_000, duration_ns=30_000)
+    trace_id = "9" * 32
+    store = get_store()
+    store.insert("spans", [_row(PROJECT, trace_id, s, base_ns) for s in (http, connect)], tag="tests.summary_sql.first")
+    summarize_sql([trace_id])
+    early = computed([trace_id])[trace_id]
+    assert early["network_ns"] == 600_000 and early["inference_ns"] == 0, "no model call above yet: network"
+    store.insert("spans", [_row(PROJECT, trace_id, s, base_ns) for s in (root, call, stated)], tag="tests.summary_sql.later")
+    summarize_sql([trace_id])
+    row = computed([trace_id])[trace_id]
+    assert_same(expected([root, call, http, connect, stated], base_ns), row, trace_id)
+    assert row["inference_ns"] == 800_000 - 30_000 and row["network_ns"] == 30_000 and row["other_ns"] == 200_000

@@ -419,7 +419,9 @@
       "self time": fmtMs(s.self_ns),
       "critical path": s.critical_ns ? fmtMs(s.critical_ns) + " of its own time" : (s.on_critical_path ? "on it, through its children" : "no"),
     };
+    if (s.reported_phase) facts["phase"] = s.phase + " (part of the model call above it; sent as " + s.reported_phase + ")";
     if (s.ttft_ns !== null) facts["TTFT"] = fmtMs(s.ttft_ns);
+    else if (s.phase === "inference" && !s.reported_phase) facts["TTFT"] = "unknown (the instrumentation sent no first-token time)";
     // null: the span reported no count (unknown, not 0)
     if (s.input_tokens != null || s.output_tokens != null) facts["tokens in / out"] = (s.input_tokens ?? "—") + " / " + (s.output_tokens ?? "—");
     if (s.cost_usd !== null) facts["cost"] = window.tracedashFormat.money(s.cost_usd);  // format.js: as the server writes it

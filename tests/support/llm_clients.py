@@ -78,7 +78,8 @@ def run_openinference(args) -> dict:
 
 def run_openlit(args) -> dict:
     # openlit.init with its documented arguments. pricing_json points at a local file: without it OpenLIT
-    # downloads its price list from the internet at start-up.
+    # downloads its price list from the internet at start-up. Batched export (its default): with
+    # disable_batch=True each span is exported synchronously as it ends, inside the app's span.
     pricing = os.path.join(tempfile.mkdtemp(), "pricing.json")
     with open(pricing, "w", encoding="utf-8") as f:  # USD per 1,000 tokens, OpenLIT's format
         json.dump({"chat": {MODEL: {"promptPrice": 0.5, "completionPrice": 1.5}}, "embeddings": {}, "images": {},
@@ -87,7 +88,7 @@ def run_openlit(args) -> dict:
 
     openlit.init(otlp_endpoint=args.tracedash, otlp_headers={"Authorization": f"Bearer {args.key}"},
                  application_name="openlit-app", environment="test", pricing_json=pricing,
-                 disable_batch=True, collect_gpu_stats=False)
+                 collect_gpu_stats=False)
     import openai
     from opentelemetry import trace
 
