@@ -68,10 +68,15 @@ def _invalid_key() -> ApiError:
 def _key_of(request) -> str:
     """The key to authenticate; for a Basic pair, only when its public key is the key's own."""
     raw_key, public = _credentials(request)
-    if public is not None and public != api_key_public_key(raw_key=raw_key):
+    if public is None:
+        return raw_key
+    expected = api_key_public_key(raw_key=raw_key)
+    if expected is None:  # not a tracedash key at all (a Langfuse sk-lf-… key, say)
+        raise _invalid_key()
+    if public != expected:
         raise ApiError(401, "invalid_key",
-                       "the public key (the Basic user name) is not this key's: use the key's prefix as Settings "
-                       "lists it, td_ and 12 hex characters",
+                       "the public key (the Basic user name) does not belong to this key: it must be the key's "
+                       "public key as Settings lists it, td_ and the key's 12 hex characters",
                        headers={"WWW-Authenticate": 'Basic realm="tracedash"'})
     return raw_key
 

@@ -102,6 +102,11 @@ def test_a_mismatched_pair_is_refused_and_does_not_count_as_a_use(client, projec
                            HTTP_AUTHORIZATION=basic(api_key_public_key(raw_key=a_raw), wrong))
     assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_key"
     assert "unknown or revoked" in response.json()["error"]["message"]
+    # Langfuse's own keys are no tracedash key.
+    response = client.post("/v1/traces", data=b"{}", content_type="application/json",
+                           HTTP_AUTHORIZATION=basic("pk-lf-1234", "sk-lf-5678"))
+    assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_key"
+    assert "unknown or revoked" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("header, problem", [
