@@ -355,8 +355,8 @@ def _langfuse_cost(cost_details: dict | None) -> float | None:
 
 def _langfuse_completion_start_ns(attributes: dict) -> int | None:
     """``langfuse.observation.completion_start_time`` (when the first token came) in unix ns. The
-    SDK writes the time JSON-encoded (``"\"2026-12-02T04:05:01.328723Z\""``); plain RFC 3339 text is
-    read too."""
+    SDK writes the time JSON-encoded, quotes included (``"2026-12-02T04:05:01.328723Z"``); plain
+    RFC 3339 text is read too."""
     value = attributes.get(LANGFUSE_COMPLETION_START)
     if value is None:
         return None
