@@ -205,13 +205,17 @@ def _error_response(status: int, summary: str, *headers: str) -> dict:
     return response
 
 
+# Every ingest endpoint takes the key as Bearer or as the secret half of a Basic key pair (ingest.auth).
+INGEST_SECURITY = [{"bearerAuth": []}, {"basicAuth": []}]
+
+
 def _native_operation(*, summary: str, description: str, field: str, item: str, operation_id: str) -> dict:
     return {
         "tags": ["native"],
         "operationId": operation_id,
         "summary": summary,
         "description": description,
-        "security": [{"bearerAuth": []}],
+        "security": INGEST_SECURITY,
         "parameters": [{"$ref": "#/components/parameters/ContentEncoding"}],
         "requestBody": {
             "required": True,
@@ -252,7 +256,7 @@ def _ingest_errors() -> dict:
     }
 
 
-def _otlp_operation(*, signal: str, request: str, response: str, operation_id: str) -> dict:
+def _otlp_operation(*, signal: str, request: str, response: str, operation_id: str, note: str = "") -> dict:
     return {
         "tags": ["otlp"],
         "operationId": operation_id,
@@ -260,8 +264,8 @@ def _otlp_operation(*, signal: str, request: str, response: str, operation_id: s
         "description": f"An OpenTelemetry `{request}`, as protobuf or in OTLP's JSON mapping (see docs/otlp.md "
                        f"for how it maps onto tracedash's fields). Same key, body limits and gzip support as the "
                        f"native API. Points or spans that cannot be stored are counted in the response's "
-                       f"`partial_success`.",
-        "security": [{"bearerAuth": []}],
+                       f"`partial_success`.{note}",
+        "security": INGEST_SECURITY,
         "parameters": [{"$ref": "#/components/parameters/ContentEncoding"}],
         "requestBody": {
             "required": True,
@@ -394,7 +398,9 @@ def _build() -> dict:
             "version": "1",
             "description": "Send spans and resource samples to tracedash: the native JSON API (`/api/v1/...`) "
                            "or OTLP/HTTP (`/v1/...`). Every request carries the project's ingest key as "
-                           "`Authorization: Bearer <key>`. Errors are JSON, `{\"error\": {\"code\", \"message\", "
+                           "`Authorization: Bearer <key>`, or as HTTP Basic with the key pair `<public key>:<key>` "
+                           "(the public key is the key's prefix `td_…`, as Settings lists it). Errors are JSON, "
+                           "`{\"error\": {\"code\", \"message\", "
                            "\"details\"}}`.",
         },
         "tags": [
@@ -416,6 +422,12 @@ def _build() -> dict:
             "/v1/traces": {"post": _otlp_operation(
                 signal="traces", request="ExportTraceServiceRequest", response="ExportTraceServiceResponse",
                 operation_id="otlpTraces")},
+            "/api/public/otel/v1/traces": {"post": _otlp_operation(
+                signal="traces", request="ExportTraceServiceRequest", response="ExportTraceServiceResponse",
+                operation_id="langfuseOtlpTraces",
+                note=" The same endpoint as `/v1/traces`, at the path the Langfuse SDK (v3+) exports to: set "
+                     "`LANGFUSE_HOST` to this server, `LANGFUSE_PUBLIC_KEY` to the key's prefix (`td_…`) and "
+                     "`LANGFUSE_SECRET_KEY` to the key.")},
             "/v1/metrics": {"post": _otlp_operation(
                 signal="metrics", request="ExportMetricsServiceRequest", response="ExportMetricsServiceResponse",
                 operation_id="otlpMetrics")},
@@ -431,11 +443,20 @@ def _build() -> dict:
         },
         "components": {
             "schemas": schemas,
-            "securitySchemes": {"bearerAuth": {
-                "type": "http",
-                "scheme": "bearer",
-                "description": "The project's ingest key (shown once when the project or key is created).",
-            }},
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The project's ingest key (shown once when the project or key is created).",
+                },
+                "basicAuth": {
+                    "type": "http",
+                    "scheme": "basic",
+                    "description": "A key pair, as the Langfuse SDK sends it: user name the key's public prefix "
+                                   "(`td_` and 12 hex characters, listed in Settings), password the ingest key. "
+                                   "A pair whose halves do not belong together is refused (401 `invalid_key`).",
+                },
+            },
             "parameters": {"ContentEncoding": {
                 "name": "Content-Encoding",
                 "in": "header",
@@ -447,7 +468,8 @@ def _build() -> dict:
             "headers": {
                 "Retry-After": {"description": "Seconds to wait before retrying.",
                                 "schema": {"type": "integer", "minimum": 1}},
-                "WWW-Authenticate": {"description": "`Bearer`, with `error=\"invalid_token\"` for an unknown key.",
+                "WWW-Authenticate": {"description": "`Bearer`, with `error=\"invalid_token\"` for an unknown key; "
+                                                    "`Basic realm=\"tracedash\"` for a malformed or mismatched Basic pair.",
                                      "schema": {"type": "string"}},
                 "Allow": {"description": "`POST`.", "schema": {"type": "string"}},
             },

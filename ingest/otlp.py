@@ -4,19 +4,27 @@ OTLP's JSON mapping) and map them onto tracedash's rows.
 Both encodings are first turned into the same plain form (``OtlpSpan``, ``OtlpPoint``), so the
 mapping rules exist once. The rules (documented in docs/otlp.md):
 
-- service: resource ``service.name`` (``unknown`` when absent).
+- service: resource ``service.name`` (``unknown`` when absent); a Langfuse SDK span whose resource
+  has only OpenTelemetry's default ``unknown_service…`` is ``langfuse``.
 - phase: ``tracedash.phase`` when it names a phase; else a model call (``gen_ai.operation.name`` of
   chat/text_completion/generate_content/embeddings, or any ``gen_ai.request.model``, or
   OpenInference kind LLM/EMBEDDING) is ``inference``; OpenInference RETRIEVER/RERANKER are
-  ``preprocess``, GUARDRAIL/EVALUATOR ``postprocess``; a CLIENT span with HTTP/RPC attributes and no
-  ``gen_ai.*`` is ``network``; everything else ``other``.
-- model: ``gen_ai.response.model``, ``gen_ai.request.model``, ``llm.model_name``, ``embedding.model_name``.
+  ``preprocess``, GUARDRAIL/EVALUATOR ``postprocess``; Langfuse's ``langfuse.observation.type``
+  (``LANGFUSE_PHASES``); a CLIENT span with HTTP/RPC attributes and no ``gen_ai.*`` is ``network``;
+  everything else ``other``.
+- model: ``gen_ai.response.model``, ``gen_ai.request.model``, ``llm.model_name``, ``embedding.model_name``,
+  ``langfuse.observation.model.name``.
 - tokens: ``gen_ai.usage.input_tokens``/``output_tokens`` (also the older ``prompt_tokens``/
-  ``completion_tokens``), ``llm.token_count.prompt``/``completion``.
+  ``completion_tokens``), ``llm.token_count.prompt``/``completion``, else Langfuse's
+  ``langfuse.observation.usage_details`` (JSON: ``input``/``output``, ``prompt_tokens``/``completion_tokens``
+  or ``input_tokens``/``output_tokens``).
 - TTFT: ``gen_ai.response.time_to_first_chunk`` or OpenLIT's ``gen_ai.server.time_to_first_token``
-  (seconds), else the offset of a ``first_token`` or OpenInference ``First Token Stream Event`` event.
-- cost: ``gen_ai.usage.cost``, ``llm.cost.total`` (USD).
-- status: OTLP ``STATUS_CODE_ERROR`` is ``error`` with the status message.
+  (seconds), else the offset of a ``first_token`` or OpenInference ``First Token Stream Event`` event,
+  else Langfuse's ``langfuse.observation.completion_start_time`` minus the span's start.
+- cost: ``gen_ai.usage.cost``, ``llm.cost.total`` (USD), else Langfuse's
+  ``langfuse.observation.cost_details`` (JSON: ``total``, else the sum of its entries, as Langfuse sums them).
+- status: OTLP ``STATUS_CODE_ERROR``, or Langfuse's ``langfuse.observation.level`` ``ERROR``, is
+  ``error`` with the status message (OTLP's, else ``langfuse.observation.status_message``).
 """
 
 from __future__ import annotations
@@ -45,6 +53,26 @@ OPENINFERENCE_PHASES = {"LLM": "inference", "EMBEDDING": "inference", "RETRIEVER
 # The OpenInference span kinds that state what a span is; those not above (the app's own steps
 # around the model: chains, tools, agents, prompts, decisions) are ``other``. UNKNOWN states nothing.
 OPENINFERENCE_KINDS = frozenset(OPENINFERENCE_PHASES) | {"CHAIN", "TOOL", "AGENT", "PROMPT", "DECISION"}
+# Langfuse SDK (v3+) observation types (``langfuse.observation.type``), consulted after the
+# OpenInference kind: generations and embeddings are the model call, retrievers build the prompt,
+# guardrails and evaluators judge the answer; the rest (span, agent, tool, chain, event) is the app's.
+LANGFUSE_PHASES = {"generation": "inference", "embedding": "inference", "retriever": "preprocess",
+                   "guardrail": "postprocess", "evaluator": "postprocess", "span": "other", "agent": "other",
+                   "tool": "other", "chain": "other", "event": "other"}
+LANGFUSE_SCOPE = "langfuse-sdk"  # the Langfuse SDK's tracer name
+LANGFUSE_USAGE = "langfuse.observation.usage_details"
+LANGFUSE_COST = "langfuse.observation.cost_details"
+LANGFUSE_COMPLETION_START = "langfuse.observation.completion_start_time"
+# usage_details keys, first found wins: Langfuse's own names, then the OpenAI chat and Responses API
+# usage objects the langfuse.openai wrapper passes through unchanged. Other usage types (cached,
+# audio, reasoning…) stay in the attribute and are not added in. Named as the attribute's dotted
+# keys (``_json_object_attribute``), so an error names the attribute and the entry.
+LANGFUSE_INPUT_TOKENS = tuple(f"{LANGFUSE_USAGE}.{k}" for k in ("input", "prompt_tokens", "input_tokens"))
+LANGFUSE_OUTPUT_TOKENS = tuple(f"{LANGFUSE_USAGE}.{k}" for k in ("output", "completion_tokens", "output_tokens"))
+MODEL_KEYS = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "embedding.model_name",
+              "langfuse.observation.model.name")
+INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
+OUTPUT_TOKEN_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
 # TTFT in seconds as an attribute: the GenAI conventions' streaming attribute, then OpenLIT's.
 TTFT_SECONDS_KEYS = ("gen_ai.response.time_to_first_chunk", "gen_ai.server.time_to_first_token")
 # Span events marking the first streamed token: tracedash's SDK, then OpenInference
@@ -273,8 +301,8 @@ def _number(attributes: dict, keys: tuple[str, ...], field_name: str, *, integer
 
 
 def derive_phase(span: OtlpSpan) -> tuple[str, bool]:
-    """(phase, fallback): the phase the span states (``tracedash.phase``, a GenAI model operation,
-    an OpenInference kind), else the fallback rules' (an HTTP/RPC client span is ``network``, the
+    """(phase, fallback): the phase the span states (``tracedash.phase``, a GenAI operation, an
+    OpenInference kind, a Langfuse observation type), else the fallback rules' (an HTTP/RPC client span is ``network``, the
     rest ``other``) with ``fallback`` True: such a span beneath a model call is part of the call."""
     attributes = span.attributes
     explicit = attributes.get("tracedash.phase")
@@ -288,10 +316,94 @@ def derive_phase(span: OtlpSpan) -> tuple[str, bool]:
     kind = attributes.get("openinference.span.kind")
     if isinstance(kind, str) and kind.upper() in OPENINFERENCE_KINDS:
         return OPENINFERENCE_PHASES.get(kind.upper(), "other"), False
+    observation = attributes.get("langfuse.observation.type")
+    if isinstance(observation, str) and observation.lower() in LANGFUSE_PHASES:
+        return LANGFUSE_PHASES[observation.lower()], False
     if span.kind == SPAN_KIND_CLIENT and not any(k.startswith("gen_ai.") for k in attributes) \
             and any(k in attributes for k in NETWORK_KEYS):
         return "network", True
     return "other", True
+
+
+def _json_object_attribute(attributes: dict, key: str) -> dict | None:
+    """A Langfuse attribute holding a JSON object as text (usage or cost details) as a dict keyed
+    ``<key>.<entry>`` (an error then names both), or None when absent; anything else is a FieldError."""
+    value = attributes.get(key)
+    if value is None:
+        return None
+    field_name = f"attributes.{key}"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except RecursionError:
+            raise FieldError(field_name, "JSON is nested too deeply") from None
+        except ValueError:
+            raise FieldError(field_name, f"expected a JSON object as text, got {value[:64]!r}") from None
+    if not isinstance(value, dict):  # an OTLP map (kvlist) is a dict already
+        raise FieldError(field_name, f"expected a JSON object, got {type(value).__name__}")
+    return {f"{key}.{name}": entry for name, entry in value.items()}
+
+
+def _langfuse_cost(cost_details: dict | None) -> float | None:
+    """USD from ``langfuse.observation.cost_details``: its ``total``, else the sum of its entries
+    (Langfuse sums the usage types when no total is sent); None when it has neither."""
+    if not cost_details:
+        return None
+    total = _number(cost_details, (f"{LANGFUSE_COST}.total",), "cost", integer=False, maximum=MAX_COST_USD)
+    if total is not None:
+        return total
+    parts = [_number(cost_details, (key,), "cost", integer=False, maximum=MAX_COST_USD) for key in cost_details]
+    parts = [part for part in parts if part is not None]
+    if not parts:
+        return None
+    if sum(parts) > MAX_COST_USD:
+        raise FieldError(f"attributes.{LANGFUSE_COST}", f"the entries add up to more than {MAX_COST_USD:g}")
+    return sum(parts)
+
+
+def _langfuse_completion_start_ns(attributes: dict) -> int | None:
+    """``langfuse.observation.completion_start_time`` (when the first token came) in unix ns. The
+    SDK writes the time JSON-encoded, quotes included (``"2026-12-02T04:05:01.328723Z"``); plain
+    RFC 3339 text is read too."""
+    value = attributes.get(LANGFUSE_COMPLETION_START)
+    if value is None:
+        return None
+    field_name = f"attributes.{LANGFUSE_COMPLETION_START}"
+    if isinstance(value, str) and value.startswith('"'):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise FieldError(field_name, f"expected an RFC 3339 time, got {value[:64]!r}") from None
+    if not isinstance(value, str):
+        raise FieldError(field_name, f"expected an RFC 3339 time as text, got {type(value).__name__}")
+    return parse_time_ns(value, field_name)
+
+
+def _from_langfuse(span: OtlpSpan) -> bool:
+    return span.scope_name == LANGFUSE_SCOPE or "langfuse.observation.type" in span.attributes
+
+
+def _service(span: OtlpSpan) -> str:
+    """Resource ``service.name``. The Langfuse SDK names no service, so OpenTelemetry fills in
+    ``unknown_service:<executable>``: its spans are then ``langfuse`` (OTEL_SERVICE_NAME names them)."""
+    service = span.resource.get("service.name")
+    service = service if isinstance(service, str) else ""
+    if _from_langfuse(span) and (not service or service == "unknown_service" or service.startswith("unknown_service:")):
+        return "langfuse"
+    return service[:256] or "unknown"
+
+
+def _status(span: OtlpSpan) -> tuple[str, str]:
+    """(status, message): OTLP's error status, or Langfuse's ``ERROR`` level with its status message."""
+    level = span.attributes.get("langfuse.observation.level")
+    langfuse_error = isinstance(level, str) and level.upper() == "ERROR"
+    if span.status_code != STATUS_CODE_ERROR and not langfuse_error:
+        return "ok", span.status_message
+    message = span.status_message
+    if not message and langfuse_error:
+        langfuse_message = span.attributes.get("langfuse.observation.status_message")
+        message = langfuse_message if isinstance(langfuse_message, str) else ""
+    return "error", message
 
 
 def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
@@ -309,8 +421,7 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
     if end_ns - start_ns > MAX_DURATION_NS:
         raise FieldError("endTimeUnixNano", "span longer than 7 days")
     attributes = span.attributes
-    model = next((attributes[k] for k in ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name",
-                                          "embedding.model_name") if isinstance(attributes.get(k), str)), "")
+    model = next((attributes[k] for k in MODEL_KEYS if isinstance(attributes.get(k), str)), "")
     ttft_s = _number(attributes, TTFT_SECONDS_KEYS, "ttft", integer=False, maximum=MAX_DURATION_NS / 1e9)
     ttft_ns = None if ttft_s is None else round(ttft_s * 1e9)
     event_times, event_names, event_attributes = [], [], []
@@ -323,14 +434,20 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
         event_times.append(at)
         event_names.append(name[:256] or "event")
         event_attributes.append(flatten_attributes(event_attrs, f"events[{i}].attributes", limits))
+    completion_start_ns = _langfuse_completion_start_ns(attributes)
+    if ttft_ns is None and completion_start_ns is not None and 0 <= completion_start_ns - start_ns <= end_ns - start_ns:
+        ttft_ns = completion_start_ns - start_ns  # a first token outside the span is no TTFT of it
     flat = flatten_attributes(attributes, "attributes", limits)
     if span.scope_name:
         flat["otel.scope.name"] = span.scope_name[: limits.max_value_bytes]
         if span.scope_version:
             flat["otel.scope.version"] = span.scope_version[:256]
     cost = _number(attributes, ("gen_ai.usage.cost", "llm.cost.total"), "cost", integer=False, maximum=MAX_COST_USD)
-    service = span.resource.get("service.name")
     phase, phase_fallback = derive_phase(span)
+    langfuse_cost = _langfuse_cost(_json_object_attribute(attributes, LANGFUSE_COST))
+    # Langfuse's usage entries as dotted keys, after the token attributes: used when those are absent.
+    with_usage = {**attributes, **(_json_object_attribute(attributes, LANGFUSE_USAGE) or {})}
+    status, status_message = _status(span)
     return {
         "project_id": project_id,
         "trace_id": trace_id,
@@ -339,18 +456,16 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
         "name": span.name,
         "phase": phase,
         "phase_fallback": int(phase_fallback),
-        "service": service[:256] if isinstance(service, str) and service else "unknown",
+        "service": _service(span),
         "model": model[:256],
         "start_time": start_ns,
         "duration_ns": end_ns - start_ns,
-        "status": "error" if span.status_code == STATUS_CODE_ERROR else "ok",
-        "status_message": span.status_message[: limits.max_value_bytes],
+        "status": status,
+        "status_message": status_message[: limits.max_value_bytes],
         "ttft_ns": ttft_ns,
-        "input_tokens": _number(attributes, ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
-                                             "llm.token_count.prompt"), "input_tokens", integer=True),
-        "output_tokens": _number(attributes, ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
-                                              "llm.token_count.completion"), "output_tokens", integer=True),
-        "cost_usd": cost,
+        "input_tokens": _number(with_usage, INPUT_TOKEN_KEYS + LANGFUSE_INPUT_TOKENS, "input_tokens", integer=True),
+        "output_tokens": _number(with_usage, OUTPUT_TOKEN_KEYS + LANGFUSE_OUTPUT_TOKENS, "output_tokens", integer=True),
+        "cost_usd": langfuse_cost if cost is None else cost,
         "attributes": flat,
         "resource_attributes": flatten_attributes(span.resource, "resource.attributes", limits),
         "event_times": event_times,

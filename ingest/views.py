@@ -1,5 +1,5 @@
 """Ingestion endpoints: native JSON (``/api/v1/traces``, ``/api/v1/resources``) and OTLP/HTTP
-(``/v1/traces``, ``/v1/metrics``).
+(``/v1/traces``, ``/v1/metrics``; ``/api/public/otel/v1/traces`` too, where the Langfuse SDK sends).
 
 Views are async so that requests waiting for the group commit do not hold a thread: parsing runs
 on the event loop, the write is awaited (``ingest.writer``), and the key is answered from the

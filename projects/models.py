@@ -75,6 +75,12 @@ class ApiKey(models.Model):
     def is_active(self) -> bool:
         return self.revoked_at is None
 
+    @property
+    def public_key(self) -> str:
+        """``td_<prefix>``: names the key without its secret; the public key of a Basic key pair
+        (the Langfuse SDK's ``LANGFUSE_PUBLIC_KEY``, ``ingest.auth``)."""
+        return f"td_{self.prefix}"
+
     def __str__(self) -> str:
         return f"td_{self.prefix}_… ({self.project}, {self.name})"
 

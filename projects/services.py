@@ -131,6 +131,12 @@ def _key_shape_ok(raw_key: str) -> bool:
     return len(parts) == 3 and parts[0] == "td" and len(parts[1]) == KEY_PREFIX_BYTES * 2
 
 
+def api_key_public_key(*, raw_key: str) -> str | None:
+    """The public part of a plaintext key, ``td_<prefix>`` (``ApiKey.public_key``: what the Settings
+    page lists, and the Langfuse SDK's public key), or None for text not shaped like a key."""
+    return f"td_{raw_key.split('_', 2)[1]}" if _key_shape_ok(raw_key) else None
+
+
 def api_key_authenticate_cached(*, raw_key: str) -> ApiKey | None:
     """The active key matching ``raw_key`` when this process has checked it recently enough to
     answer without the database (``projects.keycache``), else None: then ask

@@ -40,8 +40,9 @@ def _base_url(request) -> str:
 
 
 def key_snippets(*, base_url: str, raw_key: str) -> dict[str, str]:
-    """Ready-to-paste setup for a new key: the SDK, OpenTelemetry's variables and a curl call that
-    sends one span (fresh ids, the current time) to this server."""
+    """Ready-to-paste setup for a new key: the SDK, OpenTelemetry's variables, the Langfuse SDK's
+    variables (its key pair: the key's public prefix and the key) and a curl call that sends one
+    span (fresh ids, the current time) to this server."""
     now = datetime.now(dt_timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     span = (f'{{"spans": [{{"trace_id": "{secrets.token_hex(16)}", "span_id": "{secrets.token_hex(8)}", '
             f'"name": "hello from curl", "service": "curl", "start_time": "{now}", "duration_ms": 5}}]}}')
@@ -54,6 +55,14 @@ def key_snippets(*, base_url: str, raw_key: str) -> dict[str, str]:
         "otlp": (f"export OTEL_EXPORTER_OTLP_ENDPOINT={base_url}\n"
                  f'export OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20{raw_key}"\n'
                  "export OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"),
+        # Both host variables: SDK v5 reads LANGFUSE_BASE_URL first (a stale one would win over
+        # LANGFUSE_HOST), earlier v3 releases only LANGFUSE_HOST.
+        "langfuse": (f"export LANGFUSE_BASE_URL={base_url}\n"
+                     f"export LANGFUSE_HOST={base_url}\n"
+                     f"export LANGFUSE_PUBLIC_KEY={services.api_key_public_key(raw_key=raw_key)}\n"
+                     f"export LANGFUSE_SECRET_KEY={raw_key}\n"
+                     "# then, in Python (pip install langfuse, v3 or later):\n"
+                     "#   from langfuse.openai import OpenAI  # or @observe, langfuse.start_as_current_observation"),
         "curl": (f"curl -X POST {base_url}/api/v1/traces \\\n"
                  f'  -H "Authorization: Bearer {raw_key}" -H "Content-Type: application/json" \\\n'
                  f"  -d '{span}'"),

@@ -89,6 +89,21 @@ def test_a_batch_is_stored_without_starting_a_thread_and_with_the_security_heade
     assert "set-cookie" not in headers and "vary" not in headers  # no session, no CSRF cookie
 
 
+def test_langfuses_path_with_a_key_pair_takes_the_fast_path(project_with_key, monkeypatch):
+    """The Langfuse SDK's export (its path, Basic with the key pair) is served like any ingest POST."""
+    import base64
+
+    from projects.services import api_key_public_key
+
+    _, raw = project_with_key()
+    auth = {"authorization": "Basic " + base64.b64encode(f"{api_key_public_key(raw_key=raw)}:{raw}".encode()).decode()}
+    assert _call("POST", "/api/public/otel/v1/traces", b"{}", auth)[0] == 200  # first use: the key from the database
+    started = _counting_threads(monkeypatch)
+    status, headers, body = _call("POST", "/api/public/otel/v1/traces", b"{}", auth)
+    assert (status, json.loads(body)) == (200, {}) and started == []
+    assert headers["x-content-type-options"] == "nosniff" and "set-cookie" not in headers
+
+
 def test_errors_answer_as_through_django(project_with_key):
     _, raw = project_with_key()
     auth = {"authorization": f"Bearer {raw}"}

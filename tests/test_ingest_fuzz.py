@@ -318,7 +318,8 @@ def test_the_openapi_document_describes_the_api(client):
     assert response.status_code == 200 and response["Content-Type"] == JSON
     doc = response.json()
     assert doc["openapi"] == "3.1.0" and doc["info"]["title"] and doc["info"]["version"]
-    assert {"/api/v1/traces", "/api/v1/resources", "/v1/traces", "/v1/metrics"} <= set(doc["paths"])
+    assert {"/api/v1/traces", "/api/v1/resources", "/v1/traces", "/api/public/otel/v1/traces",
+            "/v1/metrics"} <= set(doc["paths"])
     refs = list(walk_refs(doc))
     assert refs
     for ref in refs:
@@ -341,9 +342,11 @@ def test_the_openapi_document_describes_the_api(client):
 
     scheme = doc["components"]["securitySchemes"]["bearerAuth"]
     assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
+    basic = doc["components"]["securitySchemes"]["basicAuth"]  # the key pair (Langfuse SDK)
+    assert basic["type"] == "http" and basic["scheme"] == "basic"
     for path, item in (("/api/v1/traces", "Span"), ("/api/v1/resources", "ResourceSample")):
         operation = doc["paths"][path]["post"]
-        assert operation["security"] == [{"bearerAuth": []}]
+        assert operation["security"] == [{"bearerAuth": []}, {"basicAuth": []}]
         body = operation["requestBody"]["content"][JSON]["schema"]
         (envelope,) = body["required"]
         assert body["properties"][envelope]["items"] == {"$ref": f"#/components/schemas/{item}"}
@@ -357,7 +360,8 @@ def test_the_openapi_document_describes_the_api(client):
             assert responses[code]["content"][JSON]["schema"]["$ref"] == "#/components/schemas/Error"
         for code in ("429", "503"):
             assert "Retry-After" in responses[code]["headers"]
-    for path in ("/v1/traces", "/v1/metrics"):
+    for path in ("/v1/traces", "/api/public/otel/v1/traces", "/v1/metrics"):
+        assert doc["paths"][path]["post"]["security"] == [{"bearerAuth": []}, {"basicAuth": []}]
         content = doc["paths"][path]["post"]["requestBody"]["content"]
         assert {"application/x-protobuf", JSON} <= set(content)
 

@@ -77,12 +77,23 @@ def test_keys_are_not_logged_in_process(project_with_key, everything_at_debug):
         client.get(f"/api/v1/traces/{'0' * 32}", HTTP_AUTHORIZATION=f"Bearer {key}").status_code,
         client.get(f"/api/v1/traces/{'0' * 32}", HTTP_AUTHORIZATION=f"Bearer {wrong}").status_code,
     ]
-    assert statuses == [200, 401, 401, 400, 400, 404, 401]
+    # The Langfuse SDK's Basic key pair: right, with a wrong secret, mismatched, and malformed.
+    public = f"td_{key.split('_', 2)[1]}"
+    basics = [_basic(public, key), _basic(public, wrong), _basic("td_000000000000", key), f"Basic {key}"]
+    statuses += [client.post("/api/public/otel/v1/traces", data=b"{}", content_type="application/json",
+                             HTTP_AUTHORIZATION=auth).status_code for auth in basics]
+    assert statuses == [200, 401, 401, 400, 400, 404, 401, 200, 401, 401, 401]
     logged = _everything_logged(everything_at_debug.records)
     assert "Unauthorized" in logged and "SELECT" in logged  # the capture does see these requests and their SQL
-    for secret in (_secret(key), _secret(wrong)):
+    for secret in (_secret(key), _secret(wrong), *(auth.split(" ", 1)[1] for auth in basics)):
         assert secret not in logged
         assert secret not in everything_at_debug.text
+
+
+def _basic(public: str, secret: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{public}:{secret}".encode()).decode()
 
 
 def _error_report(request, reporter_class) -> tuple[str, str]:

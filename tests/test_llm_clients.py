@@ -138,3 +138,29 @@ def test_openlit_openai(asgi_server, project_with_key, simulator):
     # OpenLIT prices the call from the price list it was given (gen_ai.usage.cost).
     expected = (plain["input_tokens"] * 0.5 + plain["output_tokens"] * 1.5) / 1000
     assert plain["cost_usd"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_langfuse_openai(asgi_server, project_with_key, simulator):
+    """The Langfuse SDK (v3+, OpenTelemetry-based) changed only in its host and keys: the project
+    key's public prefix as LANGFUSE_PUBLIC_KEY, the key as LANGFUSE_SECRET_KEY. It posts to its own
+    path (/api/public/otel/v1/traces) with Basic auth and keeps everything in langfuse.* attributes."""
+    from projects.services import api_key_public_key
+
+    project, key = project_with_key()
+    run_library("langfuse", simulator, asgi_server, "--public-key", api_key_public_key(raw_key=key), "--secret-key", key)
+    calls = calls_by_app_span(project.pk)
+    # The langfuse.openai wrapper's generation is the model call, a child of the app's span.
+    check_common(calls)
+    for name, found in calls.items():
+        app, call = found["app"], found["call"]
+        assert call["parent_span_id"] == app["span_id"] and call["name"] == "OpenAI-generation"
+        assert call["attributes"]["langfuse.observation.type"] == "generation"
+        # The trace's name, user and session (propagate_attributes) are kept on every span.
+        for span in (app, call):
+            assert span["attributes"]["langfuse.trace.name"] == f"chat-{name}"
+            assert (span["attributes"]["user.id"], span["attributes"]["session.id"]) == ("u-42", "s-7")
+            assert span["service"] == "langfuse"  # the SDK names no service
+    plain, fail = calls["plain"]["call"], calls["fail"]["call"]
+    assert plain["cost_usd"] is None  # the simulator reports no cost: unknown, not 0
+    assert fail["model"] == "no-such-model" and "404" in fail["status_message"]
+    assert fail["cost_usd"] == 0  # the wrapper records a refused call as costing nothing

@@ -311,3 +311,138 @@ def test_oversized_bodies_are_refused_before_reading(asgi_server, project_with_k
             answer += data
     assert answer.startswith(b"HTTP/1.1 413")
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "body_too_large"
+
+
+# --- the Langfuse SDK's attributes ----------------------------------------------------------------
+def _langfuse_span(span_id, name, start, attributes, **extra):
+    """A span as the Langfuse SDK (v3+) exports it: its tracer's scope, ``langfuse.*`` attributes."""
+    return {"traceId": "7b8efff798038103d269b633813fc60c", "spanId": span_id, "name": name, "kind": 1,
+            "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 900_000_000),
+            "attributes": [_attr(k, v) for k, v in attributes.items()], **extra}
+
+
+def _langfuse_export(spans, resource=None):
+    resource = resource or {"service.name": "unknown_service:python", "telemetry.sdk.language": "python"}
+    return {"resourceSpans": [{"resource": {"attributes": [_attr(k, v) for k, v in resource.items()]},
+                               "scopeSpans": [{"scope": {"name": "langfuse-sdk", "version": "5.2.0"}, "spans": spans}]}]}
+
+
+def _rfc3339(ns: int) -> str:
+    from datetime import datetime, timezone
+
+    seconds, rest = divmod(ns, 10**9)
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{rest // 1000:06d}Z"
+
+
+def test_langfuse_observations_are_mapped(client, project_with_key):
+    """Langfuse puts model, usage, cost, first-token time and level in its own attributes (JSON text
+    for usage, cost and time, as langfuse 5.2.0 writes them) and names no service."""
+    import time
+
+    project, key = project_with_key()
+    start = (time.time_ns() - 10**9) // 1000 * 1000  # Langfuse's times have microseconds
+    spans = [
+        _langfuse_span("00000000000000b1", "plain", start, {
+            "langfuse.observation.type": "span", "langfuse.trace.name": "chat-plain", "user.id": "u-42",
+            "session.id": "s-7", "langfuse.observation.input": '{"q": "<b>hi</b>"}'}),
+        _langfuse_span("00000000000000b2", "OpenAI-generation", start, {
+            "langfuse.observation.type": "generation", "langfuse.observation.model.name": "gpt-4o",
+            "langfuse.observation.usage_details": json.dumps({"completion_tokens": 16, "prompt_tokens": 12,
+                                                              "total_tokens": 28, "prompt_tokens_details": None}),
+            "langfuse.observation.cost_details": json.dumps({"input": 0.001, "output": 0.002}),
+            "langfuse.observation.completion_start_time": json.dumps(_rfc3339(start + 250_000_000)),
+            "user.id": "u-42"}, parentSpanId="00000000000000b1"),
+        _langfuse_span("00000000000000b3", "embed", start, {
+            "langfuse.observation.type": "embedding", "langfuse.observation.model.name": "text-embedding-3-small",
+            "langfuse.observation.usage_details": json.dumps({"input": 7}),
+            "langfuse.observation.cost_details": json.dumps({"input": 0.0001, "total": 0.0003})}),
+        _langfuse_span("00000000000000b4", "failed", start, {
+            "langfuse.observation.type": "generation", "langfuse.observation.model.name": "no-such-model",
+            "langfuse.observation.level": "ERROR", "langfuse.observation.status_message": "Error code: 404",
+            "langfuse.observation.cost_details": json.dumps({"input": 0, "output": 0, "total": 0})}),
+        _langfuse_span("00000000000000b5", "search", start, {"langfuse.observation.type": "retriever"}),
+        _langfuse_span("00000000000000b6", "moderate", start, {"langfuse.observation.type": "guardrail"}),
+        _langfuse_span("00000000000000b7", "score", start, {"langfuse.observation.type": "evaluator"}),
+        _langfuse_span("00000000000000b8", "lookup", start, {"langfuse.observation.type": "tool"}),
+        # Stronger signals win over the observation type.
+        _langfuse_span("00000000000000b9", "stated", start, {"langfuse.observation.type": "generation",
+                                                              "tracedash.phase": "postprocess"}),
+        _langfuse_span("00000000000000ba", "otel-chat", start, {"langfuse.observation.type": "span",
+                                                                 "gen_ai.operation.name": "chat"}),
+        # A first-token time after the span ended is not the span's TTFT.
+        _langfuse_span("00000000000000bb", "late", start, {
+            "langfuse.observation.type": "generation",
+            "langfuse.observation.completion_start_time": _rfc3339(start + 2 * 10**9)}),
+    ]
+    response = post(client, "/api/public/otel/v1/traces", key, json.dumps(_langfuse_export(spans)), "application/json")
+    assert response.status_code == 200 and response.json() == {}, response.content
+    rows = spans_of(project.pk)
+    assert {name: row["phase"] for name, row in rows.items()} == {
+        "plain": "other", "OpenAI-generation": "inference", "embed": "inference", "failed": "inference",
+        "search": "preprocess", "moderate": "postprocess", "score": "postprocess", "lookup": "other",
+        "stated": "postprocess", "otel-chat": "inference", "late": "inference"}
+    # No service.name of its own (OpenTelemetry's unknown_service:python): "langfuse".
+    assert {row["service"] for row in rows.values()} == {"langfuse"}
+    generation = rows["OpenAI-generation"]
+    assert (generation["model"], generation["input_tokens"], generation["output_tokens"]) == ("gpt-4o", 12, 16)
+    assert generation["ttft_ns"] == 250_000_000 and generation["status"] == "ok"
+    assert generation["cost_usd"] == pytest.approx(0.003)  # no total: the sum of the entries
+    embed = rows["embed"]
+    assert (embed["model"], embed["input_tokens"], embed["output_tokens"]) == ("text-embedding-3-small", 7, None)
+    assert embed["cost_usd"] == pytest.approx(0.0003) and embed["ttft_ns"] is None  # the total wins
+    failed = rows["failed"]
+    assert (failed["status"], failed["status_message"]) == ("error", "Error code: 404")
+    assert (failed["input_tokens"], failed["output_tokens"], failed["cost_usd"]) == (None, None, 0.0)
+    assert rows["late"]["ttft_ns"] is None
+    plain = rows["plain"]
+    assert (plain["model"], plain["input_tokens"], plain["cost_usd"], plain["status"]) == ("", None, None, "ok")
+    assert plain["attributes"]["langfuse.trace.name"] == "chat-plain"
+    assert (plain["attributes"]["user.id"], plain["attributes"]["session.id"]) == ("u-42", "s-7")
+    assert plain["attributes"]["langfuse.observation.input"] == '{"q": "<b>hi</b>"}'
+    assert plain["attributes"]["otel.scope.name"] == "langfuse-sdk"
+
+
+def test_a_langfuse_app_names_its_service_the_opentelemetry_way(client, project_with_key):
+    """OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) reaches the resource Langfuse exports."""
+    import time
+
+    project, key = project_with_key()
+    span = _langfuse_span("00000000000000c1", "chat", time.time_ns() - 10**9, {"langfuse.observation.type": "span"})
+    payload = _langfuse_export([span], resource={"service.name": "support-bot", "langfuse.environment": "prod"})
+    assert post(client, "/api/public/otel/v1/traces", key, json.dumps(payload), "application/json").status_code == 200
+    row = spans_of(project.pk)["chat"]
+    assert row["service"] == "support-bot" and row["resource_attributes"]["langfuse.environment"] == "prod"
+
+
+@pytest.mark.parametrize("attributes, field, message", [
+    ({"langfuse.observation.usage_details": "{prompt_tokens: 3"}, "attributes.langfuse.observation.usage_details",
+     "expected a JSON object as text"),
+    ({"langfuse.observation.usage_details": "[3, 4]"}, "attributes.langfuse.observation.usage_details",
+     "expected a JSON object, got list"),
+    ({"langfuse.observation.usage_details": '{"input": -3}'}, "attributes.langfuse.observation.usage_details.input",
+     "non-negative"),
+    ({"langfuse.observation.usage_details": '{"completion_tokens": 2.5}'},
+     "attributes.langfuse.observation.usage_details.completion_tokens", "whole number"),
+    ({"langfuse.observation.usage_details": '{"prompt_tokens": {"n": 1}}'},
+     "attributes.langfuse.observation.usage_details.prompt_tokens", "expected a number"),
+    ({"langfuse.observation.cost_details": '{"total": "lots"}'}, "attributes.langfuse.observation.cost_details.total",
+     "expected a number"),
+    ({"langfuse.observation.cost_details": '{"input": -0.5}'}, "attributes.langfuse.observation.cost_details.input",
+     "non-negative"),
+    ({"langfuse.observation.completion_start_time": '"yesterday"'},
+     "attributes.langfuse.observation.completion_start_time", "RFC 3339"),
+    ({"langfuse.observation.completion_start_time": 1.5},
+     "attributes.langfuse.observation.completion_start_time", "as text"),
+])
+def test_bad_langfuse_values_reject_the_span(attributes, field, message):
+    from ingest import otlp
+    from ingest.schemas import FieldError, Limits
+
+    span = otlp.OtlpSpan(trace_id="7b8efff798038103d269b633813fc60c", span_id="00000000000000d1", parent_span_id="",
+                         name="OpenAI-generation", kind=1, start_ns=1_796_000_000_000_000_000,
+                         end_ns=1_796_000_000_900_000_000, attributes={"langfuse.observation.type": "generation",
+                                                                       **attributes},
+                         events=[], status_code=0, status_message="", resource={}, scope_name="langfuse-sdk")
+    with pytest.raises(FieldError) as refused:
+        otlp.span_row(span, project_id=1, limits=Limits())
+    assert refused.value.field == field and message in refused.value.message

@@ -62,6 +62,7 @@ MATRIX: dict[str, Row] = {
     "ingest:traces": Row("key", lambda w: "/api/v1/traces"),
     "ingest:resources": Row("key", lambda w: "/api/v1/resources"),
     "ingest:otlp-traces": Row("key", lambda w: "/v1/traces"),
+    "ingest:langfuse-otlp-traces": Row("key", lambda w: "/api/public/otel/v1/traces"),
     "ingest:otlp-metrics": Row("key", lambda w: "/v1/metrics"),
     "ingest:openapi": Row("public", lambda w: "/api/openapi.json", note="the API description, no data"),
     "alerts:index": Row("page", lambda w: "/alerts/" + _q(w)),

@@ -157,6 +157,8 @@ def test_member_sees_the_keys_and_creates_one_shown_once_with_snippets(two_proje
     a_key = ApiKey.objects.get(project=a)
     b_key = ApiKey.objects.get(project=b)
     assert f"td_{a_key.prefix}_…" in body and "never" in body
+    # Its public part, the Langfuse SDK's public key, is listed on its own (copyable whole).
+    assert f'<code class="key-public">td_{a_key.prefix}</code>' in body and "Public key (Langfuse)" in body
     assert b_key.prefix not in body and a_key.key_hash not in body and a_raw not in body
     assert 'id="key_name"' in body and 'id="project_name"' in body and 'id="member_username"' in body
 
@@ -172,6 +174,8 @@ def test_member_sees_the_keys_and_creates_one_shown_once_with_snippets(two_proje
     assert "export OTEL_EXPORTER_OTLP_ENDPOINT=http://testserver" in body
     assert f"OTEL_EXPORTER_OTLP_HEADERS=&quot;Authorization=Bearer%20{raw}&quot;" in body
     assert f"curl -X POST http://testserver/api/v1/traces" in body and f"Authorization: Bearer {raw}" in body
+    assert (f"export LANGFUSE_BASE_URL=http://testserver\nexport LANGFUSE_HOST=http://testserver\n"
+            f"export LANGFUSE_PUBLIC_KEY={key.public_key}\nexport LANGFUSE_SECRET_KEY={raw}\n") in body
     assert 'src="/static/tracedash/settings.js"' in body and 'data-copy="new-key-secret"' in body
     # Shown once: the page afterwards lists the key but never its secret.
     again = client.get(f"/settings/?project={a.pk}").content.decode()

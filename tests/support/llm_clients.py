@@ -4,7 +4,8 @@ OpenLIT, write ``OTEL_EXPORTER_OTLP_*`` into the environment: one process each k
 
     python tests/support/llm_clients.py LIBRARY --llm http://127.0.0.1:PORT/v1 --tracedash http://127.0.0.1:PORT --key td_…
 
-LIBRARY is ``openinference``, ``openlit`` or ``langfuse``. The ``openai`` client makes three calls
+LIBRARY is ``openinference``, ``openlit`` or ``langfuse`` (which takes ``--public-key``/``--secret-key``: for
+tracedash, a key's public prefix ``td_…`` and the key). The ``openai`` client makes three calls
 against the LLM simulator (``demo.simulator``): a plain one, a streamed one and one that fails (an
 unknown model: the simulator answers 404), each inside an app span named ``plain``, ``stream`` or
 ``fail``, so the test finds them. The library exports over OTLP/HTTP to tracedash, configured only
