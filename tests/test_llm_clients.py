@@ -83,7 +83,8 @@ def calls_by_app_span(project_id: int, count: int = 3) -> dict[str, dict]:
     return out
 
 
-def check_common(calls: dict[str, dict], *, ttft_from_span_start: bool = True, inference_share: bool = True) -> None:
+def check_common(calls: dict[str, dict], *, ttft_from_span_start: bool = True, inference_share: bool = True,
+                 ttft_reported: bool = True) -> None:
     for name, found in calls.items():
         call, summary = found["call"], found["summary"]
         assert call["phase"] == "inference"
@@ -97,8 +98,11 @@ def check_common(calls: dict[str, dict], *, ttft_from_span_start: bool = True, i
     assert stream["input_tokens"] > 0 and stream["output_tokens"] == 16
     # TTFT from the library's first-token signal, within the call; at least the simulator's prefill where
     # the library measures from the span's start.
-    assert stream["ttft_ns"] is not None and 0 < stream["ttft_ns"] <= stream["duration_ns"]
-    if ttft_from_span_start:
+    if not ttft_reported:  # the library sends no first-token signal: unknown, never made up
+        assert stream["ttft_ns"] is None and calls["stream"]["summary"].ttft_ns is None
+    else:
+        assert stream["ttft_ns"] is not None and 0 < stream["ttft_ns"] <= stream["duration_ns"]
+    if ttft_reported and ttft_from_span_start:
         assert stream["ttft_ns"] >= PREFILL_MS * 1e6 * 0.9
     assert fail["status"] == "error"
     assert fail["input_tokens"] is None and fail["output_tokens"] is None  # not reported: unknown, not 0
@@ -164,3 +168,24 @@ def test_langfuse_openai(asgi_server, project_with_key, simulator):
     assert plain["cost_usd"] is None  # the simulator reports no cost: unknown, not 0
     assert fail["model"] == "no-such-model" and "404" in fail["status_message"]
     assert fail["cost_usd"] == 0  # the wrapper records a refused call as costing nothing
+
+
+@pytest.mark.parametrize("semconv", ["default", "latest"])
+def test_otel_genai_openai(asgi_server, project_with_key, simulator, client, make_user, semconv):
+    """The official OpenTelemetry instrumentation (opentelemetry-instrumentation-openai-v2). Under its
+    default conventions it sends no first-token time for a stream: the trace page says TTFT is
+    unknown; with the latest experimental GenAI conventions it records
+    gen_ai.response.time_to_first_chunk, which becomes the TTFT."""
+    user = make_user()
+    project, key = project_with_key(members=[user])
+    run_library("otel-genai", simulator, asgi_server, "--key", key, "--semconv", semconv)
+    calls = calls_by_app_span(project.pk)
+    check_common(calls, ttft_reported=semconv == "latest")
+    stream = calls["stream"]
+    assert stream["call"]["service"] == "otel-genai-app"
+    if semconv == "default":
+        client.force_login(user)
+        page = client.get(f"/traces/{stream['app']['trace_id']}/?project={project.pk}")
+        assert page.status_code == 200
+        ttft = page.content.decode().split('id="fig-ttft">', 1)[1].split("</dd>", 1)[0]
+        assert "unknown" in ttft, ttft

@@ -4,7 +4,8 @@ OpenLIT, write ``OTEL_EXPORTER_OTLP_*`` into the environment: one process each k
 
     python tests/support/llm_clients.py LIBRARY --llm http://127.0.0.1:PORT/v1 --tracedash http://127.0.0.1:PORT --key td_…
 
-LIBRARY is ``openinference``, ``openlit`` or ``langfuse`` (which takes ``--public-key``/``--secret-key``: for
+LIBRARY is ``openinference``, ``openlit``, ``otel-genai`` (opentelemetry-instrumentation-openai-v2, with
+``--semconv default|latest``) or ``langfuse`` (which takes ``--public-key``/``--secret-key``: for
 tracedash, a key's public prefix ``td_…`` and the key). The ``openai`` client makes three calls
 against the LLM simulator (``demo.simulator``): a plain one, a streamed one and one that fails (an
 unknown model: the simulator answers 404), each inside an app span named ``plain``, ``stream`` or
@@ -77,6 +78,48 @@ def run_openinference(args) -> dict:
     return result
 
 
+def run_otel_genai(args) -> dict:
+    # The official OpenTelemetry instrumentation (opentelemetry-instrumentation-openai-v2) as its README
+    # sets it up: SDK tracer, logger (its GenAI events are logs) and meter providers with the OTLP/HTTP
+    # exporters, configured by the standard OTEL_* variables. ``--semconv latest`` opts into the
+    # newest GenAI conventions (OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental), under which
+    # a streamed call records gen_ai.response.time_to_first_chunk; the default records no TTFT.
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = args.tracedash
+    os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = f"Authorization=Bearer%20{args.key}"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "true"
+    if args.semconv == "latest":
+        os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    from opentelemetry import _logs, metrics, trace
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": "otel-genai-app"})
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(tracer_provider)
+    logger_provider = LoggerProvider(resource=resource)
+    logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
+    _logs.set_logger_provider(logger_provider)
+    metrics.set_meter_provider(MeterProvider(resource=resource,
+                                             metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]))
+    OpenAIInstrumentor().instrument()
+    import openai
+
+    client = openai.OpenAI(base_url=args.llm, api_key="sk-test", max_retries=0)
+    result = _calls(client, trace.get_tracer("app").start_as_current_span)
+    _flush_globals(result)
+    return result
+
+
 def run_openlit(args) -> dict:
     # openlit.init with its documented arguments. pricing_json points at a local file: without it OpenLIT
     # downloads its price list from the internet at start-up. Batched export (its default): with
@@ -137,7 +180,8 @@ def _flush_globals(result: dict) -> None:
             shutdown()
 
 
-RUNNERS = {"openinference": run_openinference, "openlit": run_openlit, "langfuse": run_langfuse}
+RUNNERS = {"openinference": run_openinference, "openlit": run_openlit, "langfuse": run_langfuse,
+           "otel-genai": run_otel_genai}
 
 
 def main(argv=None) -> int:
@@ -146,6 +190,8 @@ def main(argv=None) -> int:
     parser.add_argument("--llm", required=True, help="the simulator's OpenAI base URL (…/v1)")
     parser.add_argument("--tracedash", required=True, help="tracedash's base URL")
     parser.add_argument("--key", default="", help="ingest key (Bearer)")
+    parser.add_argument("--semconv", choices=("default", "latest"), default="default",
+                        help="otel-genai: the GenAI conventions' default or latest experimental mode")
     parser.add_argument("--public-key", default="", help="Langfuse public key")
     parser.add_argument("--secret-key", default="", help="Langfuse secret key")
     args = parser.parse_args(argv)
