@@ -8,5 +8,6 @@ urlpatterns = [
     path("api/v1/resources", views.resources_ingest, name="resources"),
     path("v1/traces", views.otlp_traces, name="otlp-traces"),
     path("v1/metrics", views.otlp_metrics, name="otlp-metrics"),
+    path("v1/logs", views.otlp_logs, name="otlp-logs"),
     path("api/openapi.json", openapi.openapi_json, name="openapi"),
 ]
