@@ -18,7 +18,7 @@ import gc
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -218,7 +218,7 @@ def trace_flags(summary: TraceSummary) -> list[str]:
 
 def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict],
                        prices: Mapping[str, tuple[float, float]] | None = None,
-                       genai_events: list[dict] = ()) -> TraceDetail:
+                       genai_events: Sequence[dict] = ()) -> TraceDetail:
     """The whole trace from its (deduplicated) span rows; ``prices`` (the project's price table)
     estimates the cost of spans that carry tokens but no cost, as the summariser does.
     ``genai_events`` (``trace_genai_events``) go to their span, or to the trace when it has no such span."""

@@ -37,7 +37,6 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (Export
                                                                           ExportMetricsServiceResponse)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,
                                                                       ExportTraceServiceResponse)
-
 from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
 
 from .schemas import (MAX_BYTES, MAX_COST_USD, MAX_DURATION_NS, MAX_LABEL_CHARS, MAX_NAME_CHARS, PHASES, FieldError,
