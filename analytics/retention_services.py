@@ -31,6 +31,7 @@ DAY_NS = 86400 * NS
 # Each project-scoped table and the column its age is measured by.
 RETENTION_COLUMNS: dict[str, str] = {
     "spans": "start_time",
+    "span_logs": "time",
     "resource_samples": "time",
     "traces": "start_time",
     "traces_by_start": "start_time",

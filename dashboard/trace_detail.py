@@ -2,6 +2,9 @@
 critical path and the tree (depth, orphans, clock skew). The trace page, its JSON endpoint and the
 comparison page read traces here.
 
+The GenAI events that arrived as OTLP log records (``span_logs``) are read for the page and the
+JSON (one more query, only once the trace is found) and shown with their span.
+
 A trace is found without scanning ``spans``: the ``traces`` summary (ordered by trace id) gives the
 time bounds of its spans, in the same query, so it reads only the partitions and granules of that
 window, and the trace-id bloom filter skips the rest. A trace not yet summarised (its spans
@@ -12,9 +15,10 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -76,6 +80,44 @@ def trace_spans(*, project_id: int, trace_id: str) -> list[dict]:
     return rows
 
 
+# The trace's GenAI events (OTLP log records, ``span_logs``, ordered by trace then time). The
+# window only prunes day partitions: a log record's time is the client's, and an event can be
+# logged after its span ended, so it is wide. Identical records (an exporter's retry of a batch the
+# server had taken) are shown once.
+_GENAI_EVENTS_MARGIN_NS = 3600 * NS
+MAX_GENAI_EVENTS = 10_000
+_GENAI_EVENTS_SQL = """
+SELECT span_id, toUnixTimestamp64Nano(time) AS time_ns, event_name, severity, body, attributes
+FROM span_logs
+WHERE project_id = {project_id:UInt64} AND trace_id = {trace_id:FixedString(32)}
+  AND time >= fromUnixTimestamp64Nano({since_ns:Int64}) AND time <= fromUnixTimestamp64Nano({until_ns:Int64})
+ORDER BY time, span_id
+LIMIT 1 BY span_id, time, event_name, body
+LIMIT {limit:UInt32}
+"""
+
+
+def _body_value(text: str):
+    """The stored body (JSON text of the OTLP AnyValue) as the value it was: a string, a map, …"""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:  # not written by ingest (a hand-made row): shown as the text it is
+        return text
+
+
+def trace_genai_events(*, project_id: int, trace_id: str, start_ns: int, end_ns: int) -> list[dict]:
+    """The trace's GenAI events, oldest first (at most ``MAX_GENAI_EVENTS``), each
+    ``{span_id, time_ns, name, severity, body, attributes}``."""
+    rows = get_store().query(_GENAI_EVENTS_SQL, {
+        "project_id": project_id, "trace_id": trace_id, "since_ns": max(0, start_ns - _GENAI_EVENTS_MARGIN_NS),
+        "until_ns": end_ns + _GENAI_EVENTS_MARGIN_NS, "limit": MAX_GENAI_EVENTS,
+    }, tag="dashboard.trace_detail.trace_genai_events").dicts()
+    return [{"span_id": r["span_id"], "time_ns": int(r["time_ns"]), "name": r["event_name"], "severity": r["severity"],
+             "body": _body_value(r["body"]), "attributes": dict(r["attributes"])} for r in rows]
+
+
 @dataclass
 class SpanView:
     """A span as the waterfall shows it (one row)."""
@@ -98,6 +140,7 @@ class SpanView:
     attributes: dict
     resource_attributes: dict
     events: list[dict]
+    genai_events: list[dict]  # GenAI events sent as OTLP log records for this span, oldest first
     depth: int
     self_ns: int
     child_count: int
@@ -126,6 +169,8 @@ class TraceDetail:
     spans: list[SpanView]  # depth-first: the root's tree, other parentless spans, then orphans
     critical_path: list[tuple[str, int, int]]
     flags: list[str] = field(default_factory=list)
+    # GenAI events of the trace that name no span of it (none, or one that has not arrived)
+    genai_events: list[dict] = field(default_factory=list)
 
     @property
     def start_ns(self) -> int:
@@ -174,10 +219,19 @@ def trace_flags(summary: TraceSummary) -> list[str]:
 
 
 def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict],
-                       prices: Mapping[str, tuple[float, float]] | None = None) -> TraceDetail:
+                       prices: Mapping[str, tuple[float, float]] | None = None,
+                       genai_events: Sequence[dict] = ()) -> TraceDetail:
     """The whole trace from its (deduplicated) span rows; ``prices`` (the project's price table)
-    estimates the cost of spans that carry tokens but no cost, as the summariser does."""
+    estimates the cost of spans that carry tokens but no cost, as the summariser does.
+    ``genai_events`` (``trace_genai_events``) go to their span, or to the trace when it has no such span."""
     tree = Tree.build(rows)
+    events_by_span: dict[str, list[dict]] = {}
+    trace_events = []
+    for event in genai_events:
+        if event["span_id"] in tree.spans:
+            events_by_span.setdefault(event["span_id"], []).append(event)
+        else:
+            trace_events.append(event)
     # Phase times and the rows' self times need the same per-span intervals: compute them once.
     tree.self_intervals = functools.cache(tree.self_intervals)
     summary = trace_summarize((), prices=prices, tree=tree)
@@ -215,13 +269,14 @@ def trace_detail_build(*, project_id: int, trace_id: str, rows: list[dict],
             resource_attributes=dict(span.get("resource_attributes") or {}),
             events=[{"time_ns": int(t), "name": n, "attributes": dict(a)} for t, n, a in
                     zip(span.get("event_ns") or [], span.get("event_names") or [], span.get("event_attributes") or [])],
+            genai_events=events_by_span.get(span_id, []),
             depth=depth, self_ns=self_ns, child_count=len(kids), orphan=span_id in orphans,
             extra_root=span_id in extra_roots, critical_ns=critical.get(span_id, 0),
             on_critical_path=span_id in on_path, skew_note=_skew_note(span, parent),
         ))
         stack.extend((kid, depth + 1) for kid in reversed(kids))
     return TraceDetail(project_id=project_id, trace_id=trace_id, summary=summary, spans=views,
-                       critical_path=path, flags=trace_flags(summary))
+                       critical_path=path, flags=trace_flags(summary), genai_events=trace_events)
 
 
 @contextmanager
@@ -239,8 +294,10 @@ def _gc_paused():
             gc.enable()
 
 
-def trace_get(*, project_id: int, trace_id: str) -> TraceDetail | None:
-    """The trace of this project, or None (unknown id, or another project's trace)."""
+def trace_get(*, project_id: int, trace_id: str, with_genai_events: bool = False) -> TraceDetail | None:
+    """The trace of this project, or None (unknown id, or another project's trace).
+    ``with_genai_events``: also its GenAI events (one more query; the trace page and JSON show them,
+    the comparison page does not)."""
     if not trace_id_valid(trace_id):
         return None
     prices = prices_for_project(project_id=project_id)
@@ -248,7 +305,13 @@ def trace_get(*, project_id: int, trace_id: str) -> TraceDetail | None:
         rows = trace_spans(project_id=project_id, trace_id=trace_id)
         if not rows:
             return None
-        return trace_detail_build(project_id=project_id, trace_id=trace_id, rows=rows, prices=prices)
+        events = []
+        if with_genai_events:
+            start_ns = min(int(r["start_ns"]) for r in rows)
+            end_ns = max(int(r["start_ns"]) + int(r["duration_ns"]) for r in rows)
+            events = trace_genai_events(project_id=project_id, trace_id=trace_id, start_ns=start_ns, end_ns=end_ns)
+        return trace_detail_build(project_id=project_id, trace_id=trace_id, rows=rows, prices=prices,
+                                  genai_events=events)
 
 
 def summary_json(summary: TraceSummary) -> dict:
@@ -279,6 +342,7 @@ def trace_json(detail: TraceDetail, *, columnar: bool = False) -> dict:
         "flags": detail.flags,
         "critical_path": [{"span_id": s, "start_ns": lo, "end_ns": hi} for s, lo, hi in detail.critical_path],
         "spans": spans,
+        "genai_events": detail.genai_events,
     }
 
 

@@ -3,6 +3,7 @@ page (``/traces/compare/``). Thin: they find the project, call ``trace_detail`` 
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timezone
 
@@ -42,9 +43,9 @@ def _candidate_projects(request):
     return ([current] if current is not None else []) + others
 
 
-def _find_trace(projects, trace_id: str):
+def _find_trace(projects, trace_id: str, *, with_genai_events: bool = False):
     for project in projects:
-        detail = trace_detail.trace_get(project_id=project.pk, trace_id=trace_id)
+        detail = trace_detail.trace_get(project_id=project.pk, trace_id=trace_id, with_genai_events=with_genai_events)
         if detail is not None:
             return project, detail
     return None, None
@@ -60,6 +61,20 @@ def _header(detail: trace_detail.TraceDetail) -> dict:
                "color": PHASE_COLORS[p["phase"]]} for p in detail.phases()]
     return {"e2e_ms": _ms(s.e2e_ns), "ttft_ms": _ms(s.ttft_ns), "tpot_ms": _ms(s.tpot_ns), "summary": s,
             "phases": phases, "flags": detail.flags}
+
+
+def genai_event_rows(events: list[dict], *, start_ns: int) -> list[dict]:
+    """GenAI events as the page lists them: offset from ``start_ns`` in ms and the body as text (a
+    string as sent, any other value as indented JSON). The template escapes all of it."""
+    return [{"offset_ms": (e["time_ns"] - start_ns) / MS, "name": e["name"] or "(no event name)",
+             "severity": e["severity"], "body": _body_text(e["body"]), "attributes": sorted(e["attributes"].items())}
+            for e in events]
+
+
+def _body_text(body) -> str:
+    if body is None:
+        return ""
+    return body if isinstance(body, str) else json.dumps(body, ensure_ascii=False, indent=2)
 
 
 MAX_SHOWN_ID = 200  # a malformed id is echoed (escaped) up to this many characters
@@ -91,7 +106,7 @@ def trace_page(request, trace_id: str):
     except Http404:  # ?project= names a project the user is not a member of
         return _trace_not_found(request, trace_id, other_project=True)
     try:
-        project, detail = _find_trace(projects, trace_id)
+        project, detail = _find_trace(projects, trace_id, with_genai_events=True)
     except StoreError as exc:
         log.error("trace page failed: %s", exc)
         return render(request, "dashboard/trace.html", {"store_error": STORE_DOWN, "trace_id": trace_id}, status=503)
@@ -110,6 +125,7 @@ def trace_page(request, trace_id: str):
         "trace_id": trace_id, "trace_project": project, "header": _header(detail),
         "trace_data": trace_detail.trace_json(detail, columnar=True), "phase_colors": PHASE_COLORS,
         "compare_candidates": candidates,
+        "trace_genai_events": genai_event_rows(detail.genai_events, start_ns=detail.start_ns),
     })
 
 
@@ -134,7 +150,7 @@ def trace_api(request, trace_id: str):
             raise ApiError(400, "invalid_trace_id", "trace_id must be 32 lowercase hex characters",
                            details=[{"field": "trace_id", "message": "expected 32 hex characters"}])
         try:
-            _, detail = _find_trace(projects, trace_id)
+            _, detail = _find_trace(projects, trace_id, with_genai_events=True)
         except StoreError as exc:
             log.error("trace api failed: %s", exc)
             raise ApiError(503, "store_unavailable", "the trace store is unavailable; retry later",

@@ -263,8 +263,8 @@ def _otlp_operation(*, signal: str, request: str, response: str, operation_id: s
         "summary": f"OTLP/HTTP {signal} export",
         "description": f"An OpenTelemetry `{request}`, as protobuf or in OTLP's JSON mapping (see docs/otlp.md "
                        f"for how it maps onto tracedash's fields). Same key, body limits and gzip support as the "
-                       f"native API. Points or spans that cannot be stored are counted in the response's "
-                       f"`partial_success`.{note}",
+                       f"native API. Refused spans, data points or log records (malformed ones) are counted in the "
+                       f"response's `partial_success`.{note}",
         "security": INGEST_SECURITY,
         "parameters": [{"$ref": "#/components/parameters/ContentEncoding"}],
         "requestBody": {
@@ -308,7 +308,8 @@ def _trace_read_operation() -> dict:
         "responses": {
             "200": {"description": "The trace.", "content": {JSON: {"schema": {
                 "type": "object",
-                "required": ["trace_id", "project_id", "summary", "phases", "flags", "critical_path", "spans"],
+                "required": ["trace_id", "project_id", "summary", "phases", "flags", "critical_path", "spans",
+                             "genai_events"],
                 "properties": {
                     "trace_id": {"type": "string"}, "project_id": {"type": "integer"},
                     "summary": {"type": "object", "description": "E2E (`e2e_ns`), `ttft_ns`, `tpot_ns`, tokens, "
@@ -322,7 +323,13 @@ def _trace_read_operation() -> dict:
                         "span_id": {"type": "string"}, "start_ns": ns, "end_ns": ns}}},
                     "spans": {"description": "Span objects (or columns with `?spans=columns`): the span's fields "
                               "plus `depth`, `self_ns`, `child_count`, `orphan`, `extra_root`, `critical_ns`, "
-                              "`on_critical_path`, `skew_note`, and `events` as `{time_ns, name, attributes}`."},
+                              "`on_critical_path`, `skew_note`, `events` as `{time_ns, name, attributes}`, and "
+                              "`genai_events`: the GenAI events sent for the span as OTLP log records "
+                              "(`POST /v1/logs`), oldest first, as `{span_id, time_ns, name, severity, body, "
+                              "attributes}` (`body`: the record's body as sent, a string or a JSON value)."},
+                    "genai_events": {"type": "array", "items": {"type": "object"},
+                                     "description": "GenAI events of the trace that name none of its spans (no "
+                                                    "span id, or a span that has not arrived), as in `spans`."},
                 },
             }}}},
             "400": _error_response(400, "Not a trace id"),
@@ -431,6 +438,9 @@ def _build() -> dict:
             "/v1/metrics": {"post": _otlp_operation(
                 signal="metrics", request="ExportMetricsServiceRequest", response="ExportMetricsServiceResponse",
                 operation_id="otlpMetrics")},
+            "/v1/logs": {"post": _otlp_operation(
+                signal="logs", request="ExportLogsServiceRequest", response="ExportLogsServiceResponse",
+                operation_id="otlpLogs")},
             "/api/v1/traces/{trace_id}": {"get": _trace_read_operation()},
             "/api/openapi.json": {"get": {
                 "tags": ["native"],

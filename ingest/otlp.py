@@ -1,8 +1,8 @@
-"""OTLP/HTTP: decode ``ExportTraceServiceRequest`` / ``ExportMetricsServiceRequest`` (protobuf or
-OTLP's JSON mapping) and map them onto tracedash's rows.
+"""OTLP/HTTP: decode ``ExportTraceServiceRequest`` / ``ExportMetricsServiceRequest`` /
+``ExportLogsServiceRequest`` (protobuf or OTLP's JSON mapping) and map them onto tracedash's rows.
 
-Both encodings are first turned into the same plain form (``OtlpSpan``, ``OtlpPoint``), so the
-mapping rules exist once. The rules (documented in docs/otlp.md):
+Both encodings are first turned into the same plain form (``OtlpSpan``, ``OtlpPoint``,
+``OtlpLogRecord``), so the mapping rules exist once. The rules (documented in docs/otlp.md):
 
 - service: resource ``service.name`` (``unknown`` when absent); a Langfuse SDK span whose resource
   has only OpenTelemetry's default ``unknown_service…`` is ``langfuse``.
@@ -25,6 +25,9 @@ mapping rules exist once. The rules (documented in docs/otlp.md):
   ``langfuse.observation.cost_details`` (JSON: ``total``, else the sum of its entries, as Langfuse sums them).
 - status: OTLP ``STATUS_CODE_ERROR``, or Langfuse's ``langfuse.observation.level`` ``ERROR``, is
   ``error`` with the status message (OTLP's, else ``langfuse.observation.status_message``).
+- logs: only GenAI events (event name ``gen_ai.*``, from the record's ``event_name`` or its
+  ``event.name`` attribute, or any ``gen_ai.*`` attribute) of a trace are kept, as ``span_logs``
+  rows; other log records are accepted and dropped.
 """
 
 from __future__ import annotations
@@ -36,13 +39,16 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from google.protobuf.message import DecodeError as ProtobufDecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (ExportLogsServiceRequest,
+                                                                    ExportLogsServiceResponse)
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (ExportMetricsServiceRequest,
                                                                           ExportMetricsServiceResponse)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,
                                                                       ExportTraceServiceResponse)
+from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
 
-from .schemas import (MAX_BYTES, MAX_COST_USD, MAX_DURATION_NS, MAX_NAME_CHARS, PHASES, FieldError, Limits,
-                      flatten_attributes, parse_time_ns)
+from .schemas import (MAX_BYTES, MAX_COST_USD, MAX_DURATION_NS, MAX_LABEL_CHARS, MAX_NAME_CHARS, PHASES, FieldError,
+                      Limits, flatten_attributes, parse_time_ns)
 
 PROTOBUF = "application/x-protobuf"
 SPAN_KIND_CLIENT = 3
@@ -115,6 +121,22 @@ class OtlpPoint:
     resource: dict = field(default_factory=dict)
 
 
+@dataclass
+class OtlpLogRecord:
+    trace_id: str  # hex; '' when the record carries none
+    span_id: str
+    time_ns: int
+    observed_time_ns: int
+    severity_number: int
+    severity_text: str
+    event_name: str
+    body: object  # the AnyValue as Python (None: no body)
+    attributes: dict
+    resource: dict
+    scope_name: str = ""
+    scope_version: str = ""
+
+
 # --- AnyValue -> Python ----------------------------------------------------------------------
 def _proto_value(value):
     kind = value.WhichOneof("value")
@@ -137,6 +159,10 @@ def _json_value(value):
     if not isinstance(value, dict) or not value:
         return None
     (kind, inner), = list(value.items())[:1]
+    if kind in ("stringValue", "bytesValue") and isinstance(inner, (dict, list)):
+        # A scalar there is taken as sent; a structure would reach the stores unchecked (and a
+        # number in it, a Decimal, could not be written back as JSON).
+        raise OtlpDecodeError(f"{kind} must be a string, got {type(inner).__name__}")
     if kind == "stringValue":
         return float(inner) if type(inner) is Decimal else inner
     if kind == "boolValue":
@@ -474,13 +500,17 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
     }
 
 
+def _rejections_message(rejected: list[dict], noun: str) -> str:
+    """The first five rejections, each naming the item's index in the request and the field at fault."""
+    return "; ".join(f"{noun} {r['index']}: {r['field']}: {r['message']}" for r in rejected[:5]) + (
+        f" (and {len(rejected) - 5} more)" if len(rejected) > 5 else "")
+
+
 def trace_response(rejected: list[dict]) -> ExportTraceServiceResponse:
     response = ExportTraceServiceResponse()
     if rejected:
         response.partial_success.rejected_spans = len(rejected)
-        first = rejected[:5]
-        response.partial_success.error_message = "; ".join(f"span {r['index']}: {r['field']}: {r['message']}" for r in first) + (
-            f" (and {len(rejected) - 5} more)" if len(rejected) > 5 else "")
+        response.partial_success.error_message = _rejections_message(rejected, "span")
     return response
 
 
@@ -650,6 +680,143 @@ def metrics_response(rejected: list[dict]) -> ExportMetricsServiceResponse:
         response.partial_success.rejected_data_points = len(rejected)
         response.partial_success.error_message = "; ".join(
             f"point {r['index']}: {r['field']}: {r['message']}" for r in rejected[:5])
+    return response
+
+
+# --- logs ------------------------------------------------------------------------------------
+GENAI_PREFIX = "gen_ai."
+
+
+def decode_logs(body: bytes, content_type: str) -> list[OtlpLogRecord]:
+    return _decode(body, content_type, _logs_from_proto, _logs_from_json, "logs")
+
+
+def _logs_from_proto(body: bytes) -> list[OtlpLogRecord]:
+    request = _parse_proto(ExportLogsServiceRequest, body)
+    records = []
+    for resource_logs in request.resource_logs:
+        resource = _proto_attributes(resource_logs.resource.attributes)
+        for scope_logs in resource_logs.scope_logs:
+            scope = scope_logs.scope
+            for record in scope_logs.log_records:
+                records.append(OtlpLogRecord(
+                    trace_id=record.trace_id.hex(), span_id=record.span_id.hex(), time_ns=record.time_unix_nano,
+                    observed_time_ns=record.observed_time_unix_nano, severity_number=record.severity_number,
+                    severity_text=record.severity_text, event_name=record.event_name,
+                    body=_proto_value(record.body) if record.HasField("body") else None,
+                    attributes=_proto_attributes(record.attributes), resource=resource,
+                    scope_name=scope.name, scope_version=scope.version,
+                ))
+    return records
+
+
+def _json_severity(value) -> int:
+    # Protobuf's JSON mapping writes an enum as its number; parsers also take its name.
+    if isinstance(value, str) and value.startswith("SEVERITY_NUMBER_"):
+        try:
+            return SeverityNumber.Value(value)
+        except ValueError:
+            raise OtlpDecodeError(f"severityNumber {value[:40]!r} is not a severity") from None
+    return _json_int(value, "severityNumber")
+
+
+def _logs_from_json(body: bytes) -> list[OtlpLogRecord]:
+    payload = _json_object(body)
+    records = []
+    for resource_logs in _list(payload, "resourceLogs"):
+        resource = _json_attributes((resource_logs.get("resource") or {}).get("attributes", []))
+        for scope_logs in _list(resource_logs, "scopeLogs"):
+            scope = scope_logs.get("scope") or {}
+            for record in _list(scope_logs, "logRecords"):
+                if not isinstance(record, dict):
+                    raise OtlpDecodeError("a log record is not an object")
+                records.append(OtlpLogRecord(
+                    trace_id=str(record.get("traceId", "") or ""), span_id=str(record.get("spanId", "") or ""),
+                    time_ns=_json_int(record.get("timeUnixNano"), "timeUnixNano"),
+                    observed_time_ns=_json_int(record.get("observedTimeUnixNano"), "observedTimeUnixNano"),
+                    severity_number=_json_severity(record.get("severityNumber")),
+                    severity_text=str(record.get("severityText", "") or ""),
+                    event_name=str(record.get("eventName", "") or ""),
+                    body=_json_value(record["body"]) if "body" in record else None,
+                    attributes=_json_attributes(record.get("attributes", [])), resource=resource,
+                    scope_name=str(scope.get("name", "")), scope_version=str(scope.get("version", "")),
+                ))
+    return records
+
+
+def log_event_name(record: OtlpLogRecord) -> str:
+    """The record's event name: the LogRecord field (OTLP 1.5+), else the ``event.name`` attribute
+    that older SDKs (and the Events API before it) set."""
+    if record.event_name:
+        return record.event_name
+    name = record.attributes.get("event.name")
+    return name if isinstance(name, str) else ""
+
+
+def is_genai_event(record: OtlpLogRecord) -> bool:
+    """A GenAI event: its name is ``gen_ai.*`` (``gen_ai.user.message``, ``gen_ai.choice``,
+    ``gen_ai.client.inference.operation.details``, …), or it carries ``gen_ai.*`` attributes."""
+    return log_event_name(record).startswith(GENAI_PREFIX) or any(k.startswith(GENAI_PREFIX) for k in record.attributes)
+
+
+def _severity(record: OtlpLogRecord) -> str:
+    if record.severity_text:
+        return record.severity_text[:64]
+    if 0 < record.severity_number <= 24:
+        return SeverityNumber.Name(record.severity_number).removeprefix("SEVERITY_NUMBER_")  # INFO, WARN2, …
+    return ""
+
+
+def _body_json(value, limits: Limits) -> str:
+    """The AnyValue body as JSON text ('' for none), within the attribute value limit."""
+    if value is None:
+        return ""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # NaN or infinity in a double: not JSON
+        raise FieldError("body", "holds a number that is not finite") from None
+    if len(text.encode()) > limits.max_value_bytes:
+        raise FieldError("body", f"longer than {limits.max_value_bytes} bytes")
+    return text
+
+
+def span_log_row(record: OtlpLogRecord, *, project_id: int, limits: Limits) -> dict | None:
+    """A ``span_logs`` row for a GenAI event of a trace, or None for a record tracedash does not keep
+    (not a GenAI event, or one outside any trace: there is nothing to show it with). A kept record
+    that is malformed raises ``FieldError`` naming the field."""
+    if not is_genai_event(record):
+        return None
+    trace_id = _hex_id(record.trace_id, 32, "traceId", optional=True)
+    if not trace_id:
+        return None
+    span_id = _hex_id(record.span_id, 16, "spanId", optional=True)
+    # OTLP: a record without a time of its own is placed at the time it was observed.
+    time_ns = parse_time_ns(record.time_ns or record.observed_time_ns, "timeUnixNano")
+    attributes = flatten_attributes(record.attributes, "attributes", limits)
+    if record.scope_name:
+        attributes = {**attributes, "otel.scope.name": record.scope_name[: limits.max_value_bytes]}
+        if record.scope_version:
+            attributes["otel.scope.version"] = record.scope_version[:256]
+    service = record.resource.get("service.name")
+    return {
+        "project_id": project_id,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "time": time_ns,
+        "event_name": log_event_name(record)[:MAX_LABEL_CHARS],
+        "severity": _severity(record),
+        "body": _body_json(record.body, limits),
+        "attributes": attributes,
+        "service": service[:256] if isinstance(service, str) and service else "unknown",
+        "resource_attributes": flatten_attributes(record.resource, "resource.attributes", limits),
+    }
+
+
+def logs_response(rejected: list[dict]) -> ExportLogsServiceResponse:
+    response = ExportLogsServiceResponse()
+    if rejected:
+        response.partial_success.rejected_log_records = len(rejected)
+        response.partial_success.error_message = _rejections_message(rejected, "log record")
     return response
 
 

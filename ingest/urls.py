@@ -10,5 +10,6 @@ urlpatterns = [
     # Where the Langfuse SDK (v3+) exports its OTLP spans under its host: the same endpoint.
     path("api/public/otel/v1/traces", views.otlp_traces, name="langfuse-otlp-traces"),
     path("v1/metrics", views.otlp_metrics, name="otlp-metrics"),
+    path("v1/logs", views.otlp_logs, name="otlp-logs"),
     path("api/openapi.json", openapi.openapi_json, name="openapi"),
 ]

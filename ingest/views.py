@@ -1,5 +1,5 @@
 """Ingestion endpoints: native JSON (``/api/v1/traces``, ``/api/v1/resources``) and OTLP/HTTP
-(``/v1/traces``, ``/v1/metrics``; ``/api/public/otel/v1/traces`` too, where the Langfuse SDK sends).
+(``/v1/traces``, ``/v1/metrics``, ``/v1/logs``; ``/api/public/otel/v1/traces`` too, where the Langfuse SDK sends).
 
 Views are async so that requests waiting for the group commit do not hold a thread: parsing runs
 on the event loop, the write is awaited (``ingest.writer``), and the key is answered from the
@@ -185,5 +185,20 @@ async def otlp_metrics(request):
         rows, rejected = otlp.resource_rows(points, project_id=key.project_id)
         await _stored(resource_samples_store_async(project_id=key.project_id, rows=rows))
         return _otlp_response(content_type, otlp.metrics_response(rejected))
+    except ApiError as exc:
+        return exc.response()
+
+
+@fast_path
+@csrf_exempt
+async def otlp_logs(request):
+    try:
+        key, content_type, records = await _otlp_begin(request, otlp.decode_logs, "log records")
+        limits = _limits()
+        rows, rejected = parse_each(records, lambda record: otlp.span_log_row(record, project_id=key.project_id,
+                                                                              limits=limits))
+        # None: a record tracedash does not keep (not a GenAI event of a trace): accepted, not stored.
+        await _write("span_logs", [row for row in rows if row is not None])
+        return _otlp_response(content_type, otlp.logs_response(rejected))
     except ApiError as exc:
         return exc.response()

@@ -135,6 +135,31 @@ SPANS = Table(
     added_columns=(("phase_fallback", 0),),
 )
 
+# GenAI events that arrive as OTLP log records (``POST /v1/logs``: prompts, completions, tool
+# messages, inference details), kept with their trace and span (``span_id`` '' for one of the trace
+# as a whole). The trace page reads a trace's events together: ORDER BY starts with the trace.
+SPAN_LOGS = Table(
+    name="span_logs",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("trace_id", "FixedString(32)"),
+        Column("span_id", "String", "ZSTD(1)"),  # '' when the event names no span
+        Column("time", DATETIME_NS, "ZSTD(1)"),
+        Column("event_name", "LowCardinality(String)"),  # gen_ai.user.message, gen_ai.choice, …
+        Column("severity", "LowCardinality(String)"),  # severity text, else the severity number's name
+        Column("body", "String", "ZSTD(1)"),  # the AnyValue body as JSON text ('' for none)
+        Column("attributes", "Map(LowCardinality(String), String)", "ZSTD(1)"),
+        Column("service", "LowCardinality(String)"),
+        Column("resource_attributes", "Map(LowCardinality(String), String)", "ZSTD(1)"),
+        Column("ingested_at", DATETIME_MS, "", "now64(3)"),
+    ),
+    engine="MergeTree",
+    partition_by="toDate(time)",
+    order_by="(project_id, trace_id, time)",
+    ttl="toDateTime(time) + toIntervalDay({retention_days})",
+    settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+)
+
 RESOURCE_SAMPLES = Table(
     name="resource_samples",
     columns=(
@@ -377,7 +402,7 @@ RESOURCE_MINUTE = _resource_rollup("resource_minute")
 # 30-day chart reads 720 rows per host/GPU.
 RESOURCE_HOUR = _resource_rollup("resource_hour")
 
-TABLES: dict[str, Table] = {t.name: t for t in (SPANS, RESOURCE_SAMPLES, TRACES, TRACES_BY_START, ROLLUP_MINUTE, ROLLUP_HOUR,
-                                                   ROLLUP_DAY, ROLLUP_HOUR_ALL, ROLLUP_DAY_ALL, ROLLUP_6H,
-                                                   ROLLUP_6H_ALL, ROLLUP_DIRTY, TASK_WATERMARKS, RESOURCE_MINUTE,
-                                                   RESOURCE_HOUR)}
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, SPAN_LOGS, RESOURCE_SAMPLES, TRACES, TRACES_BY_START,
+                                                   ROLLUP_MINUTE, ROLLUP_HOUR, ROLLUP_DAY, ROLLUP_HOUR_ALL,
+                                                   ROLLUP_DAY_ALL, ROLLUP_6H, ROLLUP_6H_ALL, ROLLUP_DIRTY,
+                                                   TASK_WATERMARKS, RESOURCE_MINUTE, RESOURCE_HOUR)}

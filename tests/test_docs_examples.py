@@ -33,7 +33,7 @@ KEY_VARIABLES = ("${TRACEDASH_API_KEY}", "$TRACEDASH_API_KEY")
 EXPECTED = {
     "README.md": (4, 0, 1),
     "docs/api.md": (2, 0, 0),
-    "docs/otlp.md": (2, 0, 0),
+    "docs/otlp.md": (3, 0, 0),
     "docs/sdk.md": (0, 0, 1),
 }
 JSON_ENDPOINTS = {"spans": "/api/v1/traces", "samples": "/api/v1/resources", "resourceSpans": "/v1/traces",
@@ -174,7 +174,8 @@ def _refused_items(answer: str) -> bool:
     if not isinstance(document, dict):
         return False
     partial = document.get("partialSuccess") or {}
-    return bool(document.get("rejected")) or any(int(partial.get(k, 0) or 0) for k in ("rejectedSpans", "rejectedDataPoints"))
+    rejected_counts = ("rejectedSpans", "rejectedDataPoints", "rejectedLogRecords")
+    return bool(document.get("rejected")) or any(int(partial.get(k, 0) or 0) for k in rejected_counts)
 
 
 @pytest.mark.clickhouse

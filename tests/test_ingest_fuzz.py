@@ -319,7 +319,7 @@ def test_the_openapi_document_describes_the_api(client):
     doc = response.json()
     assert doc["openapi"] == "3.1.0" and doc["info"]["title"] and doc["info"]["version"]
     assert {"/api/v1/traces", "/api/v1/resources", "/v1/traces", "/api/public/otel/v1/traces",
-            "/v1/metrics"} <= set(doc["paths"])
+            "/v1/metrics", "/v1/logs"} <= set(doc["paths"])
     refs = list(walk_refs(doc))
     assert refs
     for ref in refs:
@@ -360,7 +360,7 @@ def test_the_openapi_document_describes_the_api(client):
             assert responses[code]["content"][JSON]["schema"]["$ref"] == "#/components/schemas/Error"
         for code in ("429", "503"):
             assert "Retry-After" in responses[code]["headers"]
-    for path in ("/v1/traces", "/api/public/otel/v1/traces", "/v1/metrics"):
+    for path in ("/v1/traces", "/api/public/otel/v1/traces", "/v1/metrics", "/v1/logs"):
         assert doc["paths"][path]["post"]["security"] == [{"bearerAuth": []}, {"basicAuth": []}]
         content = doc["paths"][path]["post"]["requestBody"]["content"]
         assert {"application/x-protobuf", JSON} <= set(content)

@@ -7,7 +7,8 @@ environment) runs in a process of its own
 ``plain``, ``stream`` or ``fail`` — and the library exports over OTLP/HTTP to a real server
 (``asgi_server``) configured only through the library's own documented settings. The test then
 reads what tracedash stored: phase (the model call's trace ≥ 80 % inference), model, tokens, TTFT
-on the streamed call, error status on the failing one, cost where the library sends one.
+on the streamed call, error status on the failing one, cost where the library sends one, and the
+GenAI events a library sends as OTLP logs (OpenLIT), on the span they name.
 """
 
 from __future__ import annotations
@@ -117,10 +118,11 @@ def test_openinference_openai(asgi_server, project_with_key, simulator):
     assert "First Token Stream Event" in calls["stream"]["call"]["event_names"]
 
 
-def test_openlit_openai(asgi_server, project_with_key, simulator):
+def test_openlit_openai(asgi_server, client, project_with_key, simulator):
     project, key = project_with_key()
     ran = run_library("openlit", simulator, asgi_server, "--key", key)
-    #ITEM3 assert "/v1/logs" not in ran["stderr"] and "404" not in ran["stderr"], ran["stderr"][-3000:]
+    # OpenLIT exports its GenAI events as OTLP logs to /v1/logs: taken, so it logs no export error.
+    assert "/v1/logs" not in ran["stderr"] and "404" not in ran["stderr"], ran["stderr"][-3000:]
     calls = calls_by_app_span(project.pk)
     # OpenLIT's gen_ai.server.time_to_first_token counts from when create() returned the stream (after
     # the response headers, which the simulator sends with the first token), not from the span's start.
@@ -142,6 +144,22 @@ def test_openlit_openai(asgi_server, project_with_key, simulator):
     # OpenLIT prices the call from the price list it was given (gen_ai.usage.cost).
     expected = (plain["input_tokens"] * 0.5 + plain["output_tokens"] * 1.5) / 1000
     assert plain["cost_usd"] == pytest.approx(expected, rel=1e-6)
+    # With its default settings OpenLIT sends one gen_ai.client.inference.operation.details event per
+    # answered call (the failed call has none), and the trace shows it on the span the record names:
+    # the plain call's own span; for the streamed call the app span, because OpenLIT emits that event
+    # while the app reads the stream, when the call's span is not the current one.
+    for name, output_tokens, owner in (("plain", 12, "call"), ("stream", 16, "app")):
+        call, span = calls[name]["call"], calls[name][owner]
+        trace = client.get(f"/api/v1/traces/{call['trace_id']}", HTTP_AUTHORIZATION=f"Bearer {key}").json()
+        events = {s["span_id"]: s["genai_events"] for s in trace["spans"]}
+        (event,) = events.pop(span["span_id"])
+        assert not any(events.values()) and trace["genai_events"] == [], name
+        assert event["name"] == "gen_ai.client.inference.operation.details"
+        attributes = event["attributes"]
+        assert "Say <b>hello</b> & goodbye." in attributes["gen_ai.input.messages"]  # the prompt, as sent
+        assert json.loads(attributes["gen_ai.output.messages"])[0]["role"] == "assistant"
+        assert attributes["gen_ai.usage.output_tokens"] == str(output_tokens)
+        assert call["start_ns"] <= event["time_ns"] <= span["start_ns"] + span["duration_ns"]
 
 
 def test_langfuse_openai(asgi_server, project_with_key, simulator):

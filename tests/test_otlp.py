@@ -168,6 +168,12 @@ def test_malformed_otlp_is_a_json_400(client, project_with_key):
     assert response.json()["error"]["code"] == "invalid_otlp" and "ExportTraceServiceRequest" in response.json()["error"]["message"]
     response = post(client, "/v1/traces", key, '{"resourceSpans": 5}', "application/json")
     assert response.status_code == 400 and "resourceSpans must be a list" in response.json()["error"]["message"]
+    # A structure where OTLP has a string: refused while decoding (a number in it could not be
+    # flattened back to JSON text).
+    nested = otlp_json_span(attributes=[{"key": "a", "value": {"stringValue": [1.5]}}])
+    response = post(client, "/v1/traces", key, json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [nested]}]}]}),
+                    "application/json")
+    assert response.status_code == 400 and "stringValue must be a string" in response.json()["error"]["message"]
     assert post(client, "/v1/traces", key, b"{}", "text/plain").status_code == 415
     empty = post(client, "/v1/traces", key, b"{}", "application/json")  # an empty export is valid
     assert empty.status_code == 200 and empty.json() == {}

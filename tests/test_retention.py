@@ -135,6 +135,10 @@ def _seed(project_id: int, *, days_ago: float, rng: random.Random, now_ns: int) 
     when = datetime.fromtimestamp(start / NS, tz=timezone.utc)
     insert_samples([sample(project_id, when, mem_pct=50, util=40, temp=60),
                     sample(project_id, when, gpu_index=-1, cpu=20, host_mem_pct=30)])
+    get_store().insert("span_logs", [{  # a GenAI event of the trace's root (POST /v1/logs)
+        "project_id": project_id, "trace_id": spans[0]["trace_id"], "span_id": spans[0]["span_id"], "time": start,
+        "event_name": "gen_ai.user.message", "severity": "", "body": '{"content":"hi"}', "attributes": {},
+        "service": "svc", "resource_attributes": {}}], tag="tests.retention.span_logs")
     return spans[0]["trace_id"]
 
 

@@ -64,6 +64,7 @@ MATRIX: dict[str, Row] = {
     "ingest:otlp-traces": Row("key", lambda w: "/v1/traces"),
     "ingest:langfuse-otlp-traces": Row("key", lambda w: "/api/public/otel/v1/traces"),
     "ingest:otlp-metrics": Row("key", lambda w: "/v1/metrics"),
+    "ingest:otlp-logs": Row("key", lambda w: "/v1/logs"),
     "ingest:openapi": Row("public", lambda w: "/api/openapi.json", note="the API description, no data"),
     "alerts:index": Row("page", lambda w: "/alerts/" + _q(w)),
     "alerts:rule_new": Row("page", lambda w: "/alerts/rules/new/" + _q(w)),

@@ -1,12 +1,14 @@
 """The trace page in a real headless Chromium (served by uvicorn in this process, see
 tests/test_browser.py): waterfall, collapse/expand, selection, deep links, find, keyboard,
-minimap zoom, hostile span data shown as text, and a 10,000-span trace (time to interactive,
-virtualised rows, scrolling without blank areas). Screenshots go to test-artifacts/."""
+minimap zoom, hostile span data and GenAI events (``/v1/logs``) shown as text, and a 10,000-span
+trace (time to interactive, virtualised rows, scrolling without blank areas). Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import urllib.request
 
 import pytest
 from playwright.sync_api import expect
@@ -270,6 +272,44 @@ def test_hostile_span_data_is_shown_as_text_and_never_runs(page, asgi_server, ma
     assert page.watch.dialogs == [] and page.watch.page_errors == []
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "trace-hostile.png"), full_page=True)
+
+
+def test_genai_events_from_otlp_logs_are_shown_on_their_span_as_text(page, asgi_server, make_user, project_with_key):
+    user = make_user(password=PASSWORD)
+    project, key = project_with_key(members=[user])
+    spans = llm_trace()
+    tid = seed(spans, project_id=project.pk)
+    inference = next(s for s in spans if s["name"] == "inference")
+
+    def record(at, span, name, body):
+        return {"timeUnixNano": str(at), "traceId": tid, "spanId": span, "eventName": name,
+                "attributes": [{"key": "gen_ai.system", "value": {"stringValue": HOSTILE[2]}}],
+                "body": {"kvlistValue": {"values": [{"key": "content", "value": {"stringValue": body}}]}}}
+
+    records = [record(inference["start_time"] + 7 * MS, inference["span_id"], "gen_ai.user.message", HOSTILE[0]),
+               record(inference["start_time"] + 9 * MS, "00000000000000ff", "gen_ai.choice", HOSTILE[1])]
+    request = urllib.request.Request(f"{asgi_server.url}/v1/logs", method="POST", data=json.dumps(
+        {"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]}).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert answer.status == 200 and json.loads(answer.read()) == {}
+    log_in(page, asgi_server, user.username)
+    open_trace(page, asgi_server, tid)
+
+    page.locator(f'.wf-row[data-span-id="{inference["span_id"]}"] .wf-name').click()
+    events = page.locator("#wf-detail-body .wf-genai-events li")
+    expect(events).to_have_count(1)
+    expect(events.locator("strong")).to_have_text("gen_ai.user.message")
+    expect(events.locator(".muted")).to_have_text(" +7.0 ms into the span")
+    assert json.loads(events.locator("pre").inner_text()) == {"content": HOSTILE[0]}
+    expect(events.locator("td")).to_have_text(HOSTILE[2])
+    # The event whose span has not arrived is listed for the trace, as text.
+    trace_level = page.locator("#trace-genai-events li")
+    expect(trace_level).to_have_count(1)
+    assert json.loads(trace_level.locator("pre").inner_text()) == {"content": HOSTILE[1]}
+    assert page.evaluate("window.__xss") is None
+    assert page.locator("#wf-detail-body img, #wf-detail-body svg, #wf-detail-body script, #trace-genai-events img").count() == 0
+    assert page.watch.dialogs == [] and page.watch.page_errors == []
 
 
 def test_ten_thousand_span_trace_is_interactive_fast_and_scrolls_without_blanks(page, asgi_server, make_user, project_with_key):

@@ -470,6 +470,22 @@
       events.append(li);
     }
     detailBody.append(section("Events (" + s.events.length + ")", s.events.length ? events : el("p", "muted", "No events.")));
+    // GenAI events sent as OTLP log records (prompts, completions, tool messages) for this span.
+    const genai = s.genai_events || [];
+    if (genai.length) {
+      const genaiList = el("ol", "wf-events wf-genai-events");
+      for (const ev of genai) {
+        const li = el("li");
+        li.append(el("strong", "", ev.name || "(no event name)"),
+                  el("span", "muted", " +" + fmtMs(ev.time_ns - s.start_ns) + " into the span" + (ev.severity ? " · " + ev.severity : "")));
+        if (ev.body !== null && ev.body !== "") {
+          li.append(el("pre", "wf-prompt-text", typeof ev.body === "string" ? ev.body : JSON.stringify(ev.body, null, 2)));
+        }
+        if (Object.keys(ev.attributes).length) li.append(kvTable(ev.attributes));
+        genaiList.append(li);
+      }
+      detailBody.append(section("GenAI events (" + genai.length + ")", genaiList));
+    }
   }
 
   // --- find --------------------------------------------------------------------------------------
