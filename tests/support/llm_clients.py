@@ -4,8 +4,7 @@ OpenLIT, write ``OTEL_EXPORTER_OTLP_*`` into the environment: one process each k
 
     python tests/support/llm_clients.py LIBRARY --llm http://127.0.0.1:PORT/v1 --tracedash http://127.0.0.1:PORT --key td_…
 
-LIBRARY is ``openinference``, ``openlit``, ``otel-genai`` (opentelemetry-instrumentation-openai-v2, with
-``--semconv default|latest``) or ``langfuse`` (which takes ``--public-key``/``--secret-key``: for
+LIBRARY is ``openinference``, ``openlit``, ``otel-genai`` (opentelemetry-instrumentation-openai-v2) or ``langfuse`` (which takes ``--public-key``/``--secret-key``: for
 tracedash, a key's public prefix ``td_…`` and the key). The ``openai`` client makes three calls
 against the LLM simulator (``demo.simulator``): a plain one, a streamed one and one that fails (an
 unknown model: the simulator answers 404), each inside an app span named ``plain``, ``stream`` or
@@ -81,14 +80,14 @@ def run_openinference(args) -> dict:
 def run_otel_genai(args) -> dict:
     # The official OpenTelemetry instrumentation (opentelemetry-instrumentation-openai-v2) as its README
     # sets it up: SDK tracer, logger (its GenAI events are logs) and meter providers with the OTLP/HTTP
-    # exporters, configured by the standard OTEL_* variables. ``--semconv latest`` opts into the
-    # newest GenAI conventions (OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental), under which
-    # a streamed call records gen_ai.response.time_to_first_chunk; the default records no TTFT.
+    # exporters, configured by the standard OTEL_* variables; message content and events on. With the
+    # pinned util-genai it always follows the latest GenAI conventions, and records no first-token
+    # time for a stream (no span attribute, event or TTFT histogram).
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = args.tracedash
     os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = f"Authorization=Bearer%20{args.key}"
-    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "true"
-    if args.semconv == "latest":
-        os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_AND_EVENT"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_EMIT_EVENT"] = "true"
     from opentelemetry import _logs, metrics, trace
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -190,8 +189,6 @@ def main(argv=None) -> int:
     parser.add_argument("--llm", required=True, help="the simulator's OpenAI base URL (…/v1)")
     parser.add_argument("--tracedash", required=True, help="tracedash's base URL")
     parser.add_argument("--key", default="", help="ingest key (Bearer)")
-    parser.add_argument("--semconv", choices=("default", "latest"), default="default",
-                        help="otel-genai: the GenAI conventions' default or latest experimental mode")
     parser.add_argument("--public-key", default="", help="Langfuse public key")
     parser.add_argument("--secret-key", default="", help="Langfuse secret key")
     args = parser.parse_args(argv)
