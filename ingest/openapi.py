@@ -54,7 +54,8 @@ _DESCRIPTIONS: dict[str, tuple[str, dict[str, str]]] = {
                         f"`duration_ms` is required (`end_time` wins when both are sent).",
             "duration_ms": f"Duration in milliseconds, non-negative, at most {MAX_DURATION_NS // 10**9 // 86400} "
                            f"days; may replace `end_time`.",
-            "phase": "`network`, `preprocess`, `inference`, `postprocess` or `other` (default).",
+            "phase": "`network`, `preprocess`, `inference`, `postprocess` or `other` (default; a span sent "
+                     "without a phase beneath a model call counts as part of it, `inference`).",
             "service": f"Service name (defaults to `unknown`), at most {MAX_LABEL_CHARS} characters.",
             "model": f"Model name, at most {MAX_LABEL_CHARS} characters.",
             "status": "`ok` (default) or `error`.",
@@ -322,6 +323,8 @@ def _trace_read_operation() -> dict:
                     "critical_path": {"type": "array", "items": {"type": "object", "properties": {
                         "span_id": {"type": "string"}, "start_ns": ns, "end_ns": ns}}},
                     "spans": {"description": "Span objects (or columns with `?spans=columns`): the span's fields "
+                              "(`phase` as the figures count it; `reported_phase`: the phase it was sent with "
+                              "where that differs, as for a span without a stated phase beneath a model call) "
                               "plus `depth`, `self_ns`, `child_count`, `orphan`, `extra_root`, `critical_ns`, "
                               "`on_critical_path`, `skew_note`, `events` as `{time_ns, name, attributes}`, and "
                               "`genai_events`: the GenAI events sent for the span as OTLP log records "
