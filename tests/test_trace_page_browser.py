@@ -434,3 +434,32 @@ def test_spans_arriving_for_the_open_trace_are_announced(page, asgi_server, make
     assert len(visible_names(page)) == 5
     expect(page.locator(".wf-row.selected")).to_have_attribute("data-span-id", spans[1]["span_id"])
     expect(page.locator("#trace-live")).to_be_hidden()
+
+
+def test_a_span_without_a_phase_beneath_a_model_call_shows_as_inference(page, asgi_server, make_user,
+                                                                         project_with_key):
+    """The HTTP request beneath a model call (sent without a phase, as auto-instrumentation does) is
+    drawn and counted as the call's inference time, and its detail says what it was sent as; a model
+    call that reports no first-token time shows TTFT as unknown, not blank."""
+    user = make_user(password=PASSWORD)
+    project, _ = project_with_key(members=[user])
+    tid, ids = trace_id(), {k: span_id() for k in ("root", "llm", "http")}
+    start = time.time_ns() - 30_000_000_000
+    spans = [
+        {"trace_id": tid, "span_id": ids["root"], "name": "POST /chat", "phase": "other", "service": "api",
+         "start_time": start, "duration_ms": 400},
+        {"trace_id": tid, "span_id": ids["llm"], "parent_span_id": ids["root"], "name": "llm.chat",
+         "phase": "inference", "model": "gpt-4o", "service": "api", "start_time": start + 50 * MS, "duration_ms": 300},
+        {"trace_id": tid, "span_id": ids["http"], "parent_span_id": ids["llm"], "name": "POST /v1/chat/completions",
+         "service": "api", "start_time": start + 60 * MS, "duration_ms": 250},
+    ]
+    seed(spans, project_id=project.pk)
+    log_in(page, asgi_server, user.username)
+    open_trace(page, asgi_server, tid)
+    expect(page.locator("#phase-numbers li[data-phase=inference]")).to_contain_text("300.0 ms")
+    expect(page.locator("#fig-ttft")).to_have_text("unknown")
+    page.locator(f'.wf-row[data-span-id="{ids["http"]}"] .wf-name').click()
+    facts = page.locator("#wf-detail-body table.facts")
+    expect(facts).to_contain_text("inference (part of the model call above it; sent as other)")
+    page.locator(f'.wf-row[data-span-id="{ids["llm"]}"] .wf-name').click()
+    expect(page.locator("#wf-detail-body table.facts")).to_contain_text("unknown (the instrumentation sent no first-token time)")
