@@ -19,6 +19,7 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -80,21 +81,21 @@ def trace_spans(*, project_id: int, trace_id: str) -> list[dict]:
     return rows
 
 
-# The trace's GenAI events (OTLP log records, ``span_logs``, ordered by trace then time). The
-# window only prunes day partitions: a log record's time is the client's, and an event can be
-# logged after its span ended, so it is wide. Identical records (an exporter's retry of a batch the
-# server had taken) are shown once.
-_GENAI_EVENTS_MARGIN_NS = 3600 * NS
+# The trace's GenAI events (OTLP log records, ``span_logs``, ordered by trace then time): a
+# primary-key lookup, read beside the spans query (``trace_get``), so it needs no bounds from it.
+# Identical records (an exporter's retry of a batch the server had taken) are shown once.
 MAX_GENAI_EVENTS = 10_000
 _GENAI_EVENTS_SQL = """
 SELECT span_id, toUnixTimestamp64Nano(time) AS time_ns, event_name, severity, body, attributes
 FROM span_logs
 WHERE project_id = {project_id:UInt64} AND trace_id = {trace_id:FixedString(32)}
-  AND time >= fromUnixTimestamp64Nano({since_ns:Int64}) AND time <= fromUnixTimestamp64Nano({until_ns:Int64})
 ORDER BY time, span_id
 LIMIT 1 BY span_id, time, event_name, body
 LIMIT {limit:UInt32}
 """
+# Threads that read a trace's GenAI events while the request's thread reads its spans (embedded
+# chdb and the native driver both keep a connection per thread, and a query releases the GIL).
+_EVENTS_READER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tracedash-trace-events")
 
 
 def _body_value(text: str):
@@ -107,13 +108,12 @@ def _body_value(text: str):
         return text
 
 
-def trace_genai_events(*, project_id: int, trace_id: str, start_ns: int, end_ns: int) -> list[dict]:
+def trace_genai_events(*, project_id: int, trace_id: str) -> list[dict]:
     """The trace's GenAI events, oldest first (at most ``MAX_GENAI_EVENTS``), each
     ``{span_id, time_ns, name, severity, body, attributes}``."""
-    rows = get_store().query(_GENAI_EVENTS_SQL, {
-        "project_id": project_id, "trace_id": trace_id, "since_ns": max(0, start_ns - _GENAI_EVENTS_MARGIN_NS),
-        "until_ns": end_ns + _GENAI_EVENTS_MARGIN_NS, "limit": MAX_GENAI_EVENTS,
-    }, tag="dashboard.trace_detail.trace_genai_events").dicts()
+    rows = get_store().query(_GENAI_EVENTS_SQL, {"project_id": project_id, "trace_id": trace_id,
+                                                 "limit": MAX_GENAI_EVENTS},
+                             tag="dashboard.trace_detail.trace_genai_events").dicts()
     return [{"span_id": r["span_id"], "time_ns": int(r["time_ns"]), "name": r["event_name"], "severity": r["severity"],
              "body": _body_value(r["body"]), "attributes": dict(r["attributes"])} for r in rows]
 
@@ -296,22 +296,20 @@ def _gc_paused():
 
 def trace_get(*, project_id: int, trace_id: str, with_genai_events: bool = False) -> TraceDetail | None:
     """The trace of this project, or None (unknown id, or another project's trace).
-    ``with_genai_events``: also its GenAI events (one more query; the trace page and JSON show them,
-    the comparison page does not)."""
+    ``with_genai_events``: also its GenAI events (one more query, run beside the spans query; the
+    trace page and JSON show them, the comparison page does not)."""
     if not trace_id_valid(trace_id):
         return None
     prices = prices_for_project(project_id=project_id)
+    events = (_EVENTS_READER.submit(trace_genai_events, project_id=project_id, trace_id=trace_id)
+              if with_genai_events else None)
     with _gc_paused():
         rows = trace_spans(project_id=project_id, trace_id=trace_id)
+        genai_events = events.result() if events is not None else []
         if not rows:
             return None
-        events = []
-        if with_genai_events:
-            start_ns = min(int(r["start_ns"]) for r in rows)
-            end_ns = max(int(r["start_ns"]) + int(r["duration_ns"]) for r in rows)
-            events = trace_genai_events(project_id=project_id, trace_id=trace_id, start_ns=start_ns, end_ns=end_ns)
         return trace_detail_build(project_id=project_id, trace_id=trace_id, rows=rows, prices=prices,
-                                  genai_events=events)
+                                  genai_events=genai_events)
 
 
 def summary_json(summary: TraceSummary) -> dict:
