@@ -80,26 +80,31 @@ _PRICES_HASH = "cityHash64({prices:String})"
 
 def _effective_priorities() -> str:
     """``epris``: each span's priority with a fallback-phase span beneath a model call counted as
-    inference (trace_math.phases_effective). ``par[i]``: the parent's index (0: none), from the
-    parent links sorted by child; ``a0[i]``: the parent for a fallback span, the span itself for the
-    rest (where a chain stops); each of the fold's steps ``a = a[a]`` doubles the links followed, so
-    at the end a span points at the end of its chain when that is at most ``INHERIT_DEPTH`` away.
-    (A fold, not one alias per step: ClickHouse inlines aliases, and ``a[a]`` would double each time.)"""
+    inference (trace_math.phases_effective).
+
+    - parents: the parent links with a (span, 0) for every span, sorted by span: the last entry of
+      each span holds its parent's index (0: none);
+    - chain ends: a fallback span points at its parent, any other span at itself (where a chain
+      stops); each step of the fold, ``a = a[a]``, doubles the links followed, so a span ends up at
+      the end of its chain. A chain is shorter than the trace, so ceil(log2(spans + 1)) steps cover
+      it, and never more than ``INHERIT_DEPTH`` (a fold, not an alias per step: ClickHouse inlines
+      aliases, and ``a[a]`` would double each time);
+    - only a trace with a model call and a fallback span that has a parent computes it (``if``
+      evaluates lazily);
+      written as one expression, so no intermediate array becomes a column of the subquery."""
     steps = INHERIT_DEPTH.bit_length() - 1
     assert 2 ** steps == INHERIT_DEPTH
     inference = _PRIORITY["inference"]
-    return (
-        "arraySort(arrayConcat(arrayMap(l -> (toUInt64(l.1), toUInt64(l.2)), links),"
-        " arrayMap(i -> (toUInt64(i), toUInt64(0)), idxs))) AS pl,\n        "
-        "arrayMap(t -> t.2, arrayFilter((t, k) -> k = length(pl) OR pl[k + 1].1 != t.1, pl, arrayEnumerate(pl))) AS par,\n        "
-        f"arrayFold((a, step) -> arrayMap(x -> a[x], a), range({steps}),"
-        " arrayMap(i -> if(sp[i].6 = 1 AND par[i] > 0, par[i], toUInt64(i)), idxs)) AS chain_end,\n        "
-        f"arrayMap(i -> if(sp[i].6 = 1 AND chain_end[i] != i AND sp[chain_end[i]].5 = {inference},"
-        f" pris[i] - sp[i].5 + {inference}, pris[i]), idxs) AS epris"
-    )
+    entries = "arraySort(arrayConcat(arrayMap(l -> (toUInt64(l.1), toUInt64(l.2)), links), arrayMap(i -> (toUInt64(i), toUInt64(0)), idxs)))"
+    parents = (f"arrayMap(t -> t.2, arrayFilter((t, k) -> k = length({entries}) OR {entries}[k + 1].1 != t.1,"
+               f" {entries}, arrayEnumerate({entries})))")
+    chain_ends = (f"arrayFold((a, step) -> arrayMap(x -> a[x], a), range(least({steps}, toUInt64(ceil(log2(length(sp) + 1))))),"
+                  f" arrayMap((i, p) -> if(sp[i].6 = 1 AND p > 0, p, toUInt64(i)), idxs, {parents}))")
+    return (f"if(fallback_children AND calls > 0, arrayMap((i, e) -> if(sp[i].6 = 1 AND e != i AND sp[e].5 = {inference},"
+            f" pris[i] - sp[i].5 + {inference}, pris[i]), idxs, {chain_ends}), pris) AS epris")
 
 
-_EFFECTIVE_PRIORITIES = _effective_priorities()
+EFFECTIVE_PRIORITIES_SQL = _effective_priorities()
 
 
 def _spans_where(trace_filter: str, span_filter: str) -> str:
@@ -175,7 +180,7 @@ FROM (
     FROM (
     SELECT *,
         arrayFilter(t -> t.3 > t.2, arrayMap(l -> (l.2, greatest(sts[l.1], sts[l.2]), least(ens[l.1], ens[l.2])), links)) AS kids,
-        {_EFFECTIVE_PRIORITIES}
+        {EFFECTIVE_PRIORITIES_SQL}
     FROM (
     SELECT *,
         -- parent links: (child index, parent index) for spans whose parent is in the trace
@@ -221,6 +226,7 @@ FROM (
             arraySort(groupUniqArrayIf(toString(model), model != '')) AS models,
             arraySort(groupUniqArrayIf(toString(raw_phase), raw_phase != '')) AS phases,
             groupArray((sid, parent, st, en, {_PRIORITY_SQL}, fallback)) AS sp,
+            countIf(fallback = 1 AND parent != '') > 0 AS fallback_children,
             sum(h) AS digest,
             max(loadtest_run_id != '') AS loadtest
         FROM (
