@@ -90,6 +90,18 @@ def make_user(django_user_model):
 
 
 @pytest.fixture
+def remembered_keys(settings):
+    """Ingest keys remembered for a minute (long enough that no test depends on the machine's
+    speed), from an empty memory: a revocation must still be honoured at once on that path."""
+    from projects.keycache import CACHE
+
+    settings.TRACEDASH_KEY_CACHE_MS = 60_000
+    CACHE.forget()
+    yield
+    CACHE.forget()
+
+
+@pytest.fixture
 def project_with_key(db):
     """(project, plaintext ingest key), made through the same service users call."""
     from projects.services import project_create

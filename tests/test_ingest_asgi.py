@@ -13,18 +13,11 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from django.db import OperationalError
 
-from projects.keycache import CACHE
 from tests.spans import llm_trace
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.clickhouse]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.clickhouse,
+              pytest.mark.usefixtures("remembered_keys")]
 
-
-@pytest.fixture(autouse=True)
-def _remembered_keys(settings):
-    settings.TRACEDASH_KEY_CACHE_MS = 60_000
-    CACHE.forget()
-    yield
-    CACHE.forget()
 
 
 def _call(method: str, path: str, body: bytes = b"", headers: dict | None = None, host: str = "localhost",

@@ -12,22 +12,14 @@ import json
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from projects.keycache import CACHE
 from projects.models import ApiKey
 from projects.services import api_key_public_key, api_key_revoke
 from store import get_store
 from tests.spans import llm_trace
 
-pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db(transaction=True),
+              pytest.mark.usefixtures("remembered_keys")]
 
-
-@pytest.fixture(autouse=True)
-def _remembered_keys(settings):
-    # Keys remembered for a minute: a revocation must still be honoured at once (the cache path).
-    settings.TRACEDASH_KEY_CACHE_MS = 60_000
-    CACHE.forget()
-    yield
-    CACHE.forget()
 
 
 def basic(public: str, secret: str) -> str:

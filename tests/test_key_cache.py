@@ -19,15 +19,8 @@ from projects.models import ApiKey, KeyRevision, Project
 from projects.services import api_key_authenticate, api_key_authenticate_cached, api_key_create, api_key_revoke
 from tests.spans import llm_trace
 
-pytestmark = [pytest.mark.django_db, pytest.mark.clickhouse]
+pytestmark = [pytest.mark.django_db, pytest.mark.clickhouse, pytest.mark.usefixtures("remembered_keys")]
 
-
-@pytest.fixture(autouse=True)
-def _fresh_cache(settings):
-    settings.TRACEDASH_KEY_CACHE_MS = 60_000  # long enough that no test depends on the machine's speed
-    CACHE.forget()
-    yield
-    CACHE.forget()
 
 
 def _foreign_revoke(key: ApiKey) -> None:
