@@ -293,9 +293,9 @@ def _trace_read_operation() -> dict:
         "summary": "Read one trace",
         "description": "The trace's spans (one per span id, depth-first: the root's tree, other parentless spans, "
                        "then orphans) with their tree position, self time and critical-path time, and the "
-                       "per-trace figures of DOMAIN.md. A project key reads its project's traces; a logged-in "
+                       "per-trace figures of docs/definitions.md. A project key reads its project's traces; a logged-in "
                        "session reads the traces of the user's projects (`?project=<id>` picks one).",
-        "security": [{"bearerAuth": []}, {}],
+        "security": [{"bearerAuth": []}, {"basicAuth": []}, {}],
         "parameters": [
             {"name": "trace_id", "in": "path", "required": True, "description": "32 lowercase hex characters.",
              "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"}},
