@@ -90,8 +90,8 @@ def _effective_priorities() -> str:
       it, and never more than ``INHERIT_DEPTH`` (a fold, not an alias per step: ClickHouse inlines
       aliases, and ``a[a]`` would double each time);
     - only a trace with a model call and a fallback span that has a parent computes it (``if``
-      evaluates lazily);
-      written as one expression, so no intermediate array becomes a column of the subquery."""
+      evaluates lazily), and it is written as one expression, so that no intermediate array
+      becomes a column of the subquery (which every trace would then pay for)."""
     steps = INHERIT_DEPTH.bit_length() - 1
     assert 2 ** steps == INHERIT_DEPTH
     inference = _PRIORITY["inference"]
