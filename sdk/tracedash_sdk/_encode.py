@@ -26,6 +26,7 @@ _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 _esc = json.encoder.encode_basestring  # C: a JSON string literal, non-ASCII kept as is
 _SHORT = MAX_VALUE_BYTES // 4  # a str this long or shorter is within the limit in any encoding
 _PHASES = frozenset(("network", "preprocess", "inference", "postprocess", "other"))
+_PHASE_JSON = {phase: f'"{phase}"' for phase in _PHASES}
 
 
 def truncate_utf8(text: str, max_bytes: int) -> str:
@@ -122,7 +123,7 @@ def span_to_dict(span: Any) -> Dict[str, Any]:
         "span_id": span.span_id,
         "parent_span_id": span.parent_span_id,
         "name": name,
-        "phase": span.phase_name if span.phase_name in _PHASES else "other",
+        "phase": span.phase_name if span.phase_name in _PHASES else None,  # None: the span states none
         "service": _label(span.service, MAX_LABEL_CHARS) or "unknown",
         "model": _label(span.model, MAX_LABEL_CHARS) or None,
         "start_time": start,
@@ -219,7 +220,7 @@ def encode_span(span: Any) -> bytes:
     text = (
         f'{{"trace_id":{_esc(span.trace_id)},"span_id":{_esc(span.span_id)},'
         f'"parent_span_id":{"null" if parent is None else _esc(parent)},"name":{_esc(name)},'
-        f'"phase":"{span.phase_name if span.phase_name in _PHASES else "other"}",'
+        f'"phase":{_PHASE_JSON.get(span.phase_name, "null")},'
         f'"service":{_json_label(span.service, MAX_LABEL_CHARS) or _esc("unknown")},'
         f'"model":{_json_label(span.model, MAX_LABEL_CHARS) or "null"},'
         f'"start_time":{start},"end_time":{end},"status":"{"error" if span.status == "error" else "ok"}",'

@@ -164,7 +164,7 @@ class NonRecordingSpan(_SpanBase):
     is_recording = False
     sampled = False
     name = ""
-    phase_name = "other"
+    phase_name = None
     service = ""
     model = None
     parent_span_id = None
@@ -253,7 +253,7 @@ class Span(_SpanBase):
     is_recording = True
 
     def __init__(self, tracer: Any, exporter: "SpanExporter", name: str, trace_id: str,
-                 parent_span_id: Optional[str], phase: str, service: str, model: Optional[str],
+                 parent_span_id: Optional[str], phase: Optional[str], service: str, model: Optional[str],
                  attributes: Optional[Mapping[str, Any]], parent: Any):
         self._tracer = tracer
         self._exporter = exporter

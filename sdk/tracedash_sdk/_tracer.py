@@ -49,14 +49,16 @@ class Tracer:
         self.exporter: SpanExporter = exporter
 
     # -- spans -------------------------------------------------------------------------------------
-    def span(self, name: str, phase: str = "other", model: Optional[str] = None,
+    def span(self, name: str, phase: Optional[str] = None, model: Optional[str] = None,
              attributes: Optional[Mapping[str, Any]] = None, *, service: Optional[str] = None,
              parent: Parent = None) -> AnySpan:
         """A span, child of ``parent`` or else of the current span (a root when there is none).
 
         Use it in a ``with`` block, where it is the current span; or call ``.end()`` yourself (it
         starts now either way). ``phase`` is one of network, preprocess, inference, postprocess,
-        other. ``service`` defaults to the parent's (when local) or the tracer's.
+        other; without one the span states none (the server counts it as ``other``, or as part of
+        the model call it lies beneath). ``service`` defaults to the parent's (when local) or the
+        tracer's.
         """
         if parent is None:
             parent = _CURRENT.get()
@@ -69,7 +71,7 @@ class Tracer:
             if not parent.sampled:
                 return NonRecordingSpan(None, None, parent)
             trace_id, parent_id = parent.trace_id, parent.span_id
-        if phase.__class__ is not str or phase not in _PHASES:
+        if phase is not None and (phase.__class__ is not str or phase not in _PHASES):
             check_phase(phase)
         if service is None:
             service = parent.service if (parent is not None and parent.__class__ is Span
@@ -78,7 +80,7 @@ class Tracer:
 
     def trace(self, name: str, service: Optional[str] = None, model: Optional[str] = None,
               attributes: Optional[Mapping[str, Any]] = None, parent: Parent = None, *,
-              phase: str = "other") -> AnySpan:
+              phase: Optional[str] = None) -> AnySpan:
         """The span of a request: a root when no span is current (else a child of it). Open its
         phases with ``t.phase("network")`` etc."""
         return self.span(name, phase=phase, model=model, attributes=attributes, service=service, parent=parent)
@@ -89,7 +91,7 @@ class Tracer:
         """The span current in this context, or ``None``."""
         return current_span()
 
-    def traced(self, name: Union[str, Callable[..., Any], None] = None, phase: str = "other", *,
+    def traced(self, name: Union[str, Callable[..., Any], None] = None, phase: Optional[str] = None, *,
                model: Optional[str] = None, attributes: Optional[Mapping[str, Any]] = None) -> Any:
         """Decorator: each call of the function runs in a span named ``name`` (default: the
         function's qualified name). Works on sync and ``async`` functions, and on (async)
@@ -97,7 +99,8 @@ class Tracer:
         recorded and re-raised. ``@tracer.traced`` without parentheses works too."""
         if callable(name):
             return self.traced()(name)
-        check_phase(phase)
+        if phase is not None:
+            check_phase(phase)
 
         def decorate(fn: F) -> F:
             span_name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "function")
