@@ -326,6 +326,16 @@ def _number(attributes: dict, keys: tuple[str, ...], field_name: str, *, integer
     return None
 
 
+def _attributes_with_scope(attributes: dict, scope_name: str, scope_version: str, limits: Limits) -> dict:
+    """The attributes flattened to strings, plus the instrumentation scope that sent them."""
+    flat = flatten_attributes(attributes, "attributes", limits)
+    if scope_name:
+        flat = {**flat, "otel.scope.name": scope_name[: limits.max_value_bytes]}
+        if scope_version:
+            flat["otel.scope.version"] = scope_version[:256]
+    return flat
+
+
 def derive_phase(span: OtlpSpan) -> tuple[str, bool]:
     """(phase, fallback): the phase the span states (``tracedash.phase``, a GenAI operation, an
     OpenInference kind, a Langfuse observation type), else the fallback rules' (an HTTP/RPC client span is ``network``, the
@@ -463,11 +473,7 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
     completion_start_ns = _langfuse_completion_start_ns(attributes)
     if ttft_ns is None and completion_start_ns is not None and 0 <= completion_start_ns - start_ns <= end_ns - start_ns:
         ttft_ns = completion_start_ns - start_ns  # a first token outside the span is no TTFT of it
-    flat = flatten_attributes(attributes, "attributes", limits)
-    if span.scope_name:
-        flat["otel.scope.name"] = span.scope_name[: limits.max_value_bytes]
-        if span.scope_version:
-            flat["otel.scope.version"] = span.scope_version[:256]
+    flat = _attributes_with_scope(attributes, span.scope_name, span.scope_version, limits)
     cost = _number(attributes, ("gen_ai.usage.cost", "llm.cost.total"), "cost", integer=False, maximum=MAX_COST_USD)
     phase, phase_fallback = derive_phase(span)
     langfuse_cost = _langfuse_cost(_json_object_attribute(attributes, LANGFUSE_COST))
@@ -792,11 +798,7 @@ def span_log_row(record: OtlpLogRecord, *, project_id: int, limits: Limits) -> d
     span_id = _hex_id(record.span_id, 16, "spanId", optional=True)
     # OTLP: a record without a time of its own is placed at the time it was observed.
     time_ns = parse_time_ns(record.time_ns or record.observed_time_ns, "timeUnixNano")
-    attributes = flatten_attributes(record.attributes, "attributes", limits)
-    if record.scope_name:
-        attributes = {**attributes, "otel.scope.name": record.scope_name[: limits.max_value_bytes]}
-        if record.scope_version:
-            attributes["otel.scope.version"] = record.scope_version[:256]
+    attributes = _attributes_with_scope(record.attributes, record.scope_name, record.scope_version, limits)
     service = record.resource.get("service.name")
     return {
         "project_id": project_id,
