@@ -1,14 +1,18 @@
-"""The resource agent: ``python -m agent --endpoint URL --api-key KEY [--interval 5] [--host NAME] [--once]``.
+"""The resource agent: ``python -m agent --endpoint URL --api-key KEY [--interval 5] [--host NAME]
+[--scrape [ENGINE=]URL ...] [--once]``.
 
 Samples this host (CPU, memory) and its GPUs (NVML) every interval, sends the samples to
-``POST {endpoint}/api/v1/resources``, logs a one-line status periodically, and stops cleanly on
+``POST {endpoint}/api/v1/resources``; scrapes the inference engines' Prometheus endpoints it is
+pointed at (``--scrape``, vLLM / TGI / SGLang) in the same tick and sends their samples to
+``POST {endpoint}/api/v1/engine_samples``; logs a one-line status periodically, and stops cleanly on
 SIGINT/SIGTERM after a final flush. Runs on a GPU host that has only the ``agent/`` folder,
-``psutil`` and ``nvidia-ml-py``: nothing here imports Django or the server.
+``psutil``, ``nvidia-ml-py`` and ``prometheus_client``: nothing here imports Django or the server.
 
 Settings, the command line winning over the environment:
 ``--endpoint`` / ``TRACEDASH_ENDPOINT``, ``--api-key`` / ``TRACEDASH_API_KEY``,
 ``--interval`` / ``TRACEDASH_AGENT_INTERVAL`` (seconds, default 5), ``--host`` /
-``TRACEDASH_AGENT_HOST`` (default: this machine's host name).
+``TRACEDASH_AGENT_HOST`` (default: this machine's host name), ``--scrape`` (repeatable) /
+``TRACEDASH_SCRAPE`` (comma-separated).
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ import sys
 import threading
 import time
 
+from .engines import parse_target
 from .sampler import MAX_LABEL_CHARS, ResourceSampler
-from .sender import ResourceSender, resources_url
+from .scrape import EngineScraper
+from .sender import ENGINES_PATH, ResourceSender, resources_url
 
 log = logging.getLogger("tracedash.agent")
 
@@ -42,6 +48,14 @@ def _interval(text: str) -> float:
     if not MIN_INTERVAL <= value <= MAX_INTERVAL:
         raise argparse.ArgumentTypeError(f"expected seconds from {MIN_INTERVAL:g} to {MAX_INTERVAL:g}, got {text!r}")
     return value
+
+
+def _target(text: str) -> str:
+    try:
+        parse_target(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
 
 
 def _positive_int(text: str) -> int:
@@ -64,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--interval", type=_interval, default=None,
                         help=f"seconds between samples (env TRACEDASH_AGENT_INTERVAL; default {DEFAULT_INTERVAL:g})")
     parser.add_argument("--host", help="host name the samples carry (env TRACEDASH_AGENT_HOST; default: this machine's)")
+    parser.add_argument("--scrape", action="append", type=_target, default=None, metavar="[ENGINE=]URL",
+                        help="an inference engine's Prometheus endpoint to scrape each interval, e.g. "
+                             "vllm=http://127.0.0.1:8000/metrics (repeat for several; env TRACEDASH_SCRAPE, "
+                             "comma-separated; the engine is recognised from its metric names when not given)")
+    parser.add_argument("--scrape-timeout", type=_interval, default=2.0, metavar="SECONDS",
+                        help="seconds per scrape (default 2)")
     parser.add_argument("--once", action="store_true",
                         help="take one sample, send it and exit (status 0 when the server took it all)")
     parser.add_argument("--max-buffer", type=_positive_int, default=10_000, metavar="SAMPLES",
@@ -96,6 +116,12 @@ def parse_args(argv=None, environ=None) -> argparse.Namespace:
         parser.error(f"--endpoint/TRACEDASH_ENDPOINT: expected an http:// or https:// URL, got {args.endpoint!r}")
     if not args.api_key:
         parser.error("no ingest key: give --api-key KEY or set TRACEDASH_API_KEY")
+    if args.scrape is None:
+        raw = environ.get("TRACEDASH_SCRAPE") or ""
+        try:
+            args.scrape = [_target(part) for part in raw.split(",") if part.strip()]
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"TRACEDASH_SCRAPE: {exc}")
     if args.host is not None and len(args.host) > MAX_LABEL_CHARS:
         parser.error(f"--host: at most {MAX_LABEL_CHARS} characters")
     return args
@@ -105,9 +131,13 @@ class Agent:
     """The sample-and-send loop, shared by ``python -m agent`` and ``manage.py run_agent``."""
 
     def __init__(self, sampler: ResourceSampler, sender: ResourceSender, *, interval: float = DEFAULT_INTERVAL,
-                 status_every: float = DEFAULT_STATUS_EVERY, clock=time.monotonic):
+                 status_every: float = DEFAULT_STATUS_EVERY, clock=time.monotonic,
+                 scraper: EngineScraper | None = None, engine_sender: ResourceSender | None = None):
         self.sampler = sampler
         self.sender = sender
+        self.scraper = scraper if scraper else None
+        self.engine_sender = engine_sender if self.scraper else None
+        self.engine_samples = 0
         self.interval = interval
         self.status_every = status_every
         self.clock = clock
@@ -125,12 +155,27 @@ class Agent:
             self.samples_taken += 1
             self.gpus = sum(1 for row in rows if row.get("gpu_index", -1) >= 0)
             self.sender.add(rows)
+        if self.scraper is not None:
+            try:
+                engine_rows = self.scraper.scrape()
+            except Exception:  # noqa: BLE001 - a scraping bug must not end the agent (nor cost the host sample)
+                log.exception("scraping failed")
+                engine_rows = []
+            self.engine_samples += len(engine_rows)
+            self.engine_sender.add(engine_rows)
         return len(rows)
+
+    def _senders(self) -> list[ResourceSender]:
+        return [self.sender] + ([self.engine_sender] if self.engine_sender is not None else [])
+
+    def flush(self) -> None:
+        for sender in self._senders():
+            sender.flush()
 
     def tick(self) -> int:
         """Sample once, then flush (``--once``)."""
         rows = self.sample()
-        self.sender.flush()
+        self.flush()
         return rows
 
     def status_line(self) -> str:
@@ -140,6 +185,12 @@ class Agent:
                 f"failed={stats['failed']} retries={stats['retries']}")
         if stats.get("last_error"):
             line += f" last_error={stats['last_error']!r}"
+        if self.engine_sender is not None:
+            engine = self.engine_sender.stats
+            line += (f" engines=[{self.scraper.status()}] engine_samples={self.engine_samples} "
+                     f"engine_sent={engine['sent']} engine_buffered={engine['buffered']}")
+            if engine.get("last_error"):
+                line += f" engine_last_error={engine['last_error']!r}"
         return line
 
     def run(self, stop: threading.Event) -> None:
@@ -175,15 +226,16 @@ class Agent:
             if stop.is_set():
                 return  # the final flush is shutdown()'s
             try:
-                self.sender.flush()
+                self.flush()
             except Exception:  # noqa: BLE001 - a sender bug must not end sending: log it, try again
                 log.exception("sending failed")
 
     def shutdown(self, *, flush: bool = True) -> None:
         """Final flush, final status line; NVML is released."""
-        if flush and self.sender.buffered:
-            self.sender.flush()
-        left = self.sender.buffered
+        for sender in self._senders():
+            if flush and sender.buffered:
+                sender.flush()
+        left = sum(sender.buffered for sender in self._senders())
         if left:
             log.warning("stopping with %d samples unsent (server unreachable); they are lost", left)
         log.info("stopped; %s", self.status_line())
@@ -233,12 +285,20 @@ def main(argv=None, *, stop: threading.Event | None = None, environ=None) -> int
     gpus = len(sampler.nvml.sample()) if sampler.nvml.available else 0
     log.info("tracedash agent: host=%s endpoint=%s interval=%gs GPUs=%s%s", sampler.host, resources_url(args.endpoint),
              args.interval, gpus if sampler.nvml.available else "none (NVML unavailable)", " (once)" if args.once else "")
-    agent = Agent(sampler, sender, interval=args.interval, status_every=args.status_every)
+    scraper = EngineScraper(args.scrape, host=sampler.host, timeout=args.scrape_timeout) if args.scrape else None
+    engine_sender = (ResourceSender(args.endpoint, args.api_key, max_buffer_samples=args.max_buffer * 20,
+                                    timeout=args.timeout, path=ENGINES_PATH) if scraper else None)
+    if scraper:
+        log.info("scraping %d inference engine endpoint(s): %s", len(scraper.targets),
+                 ", ".join(repr(t) for t in scraper.targets))
+    agent = Agent(sampler, sender, interval=args.interval, status_every=args.status_every,
+                  scraper=scraper, engine_sender=engine_sender)
     if args.once:
         rows = agent.tick()
         agent.shutdown(flush=False)  # tick() has just flushed
         stats = sender.stats
-        return 0 if rows and stats["sent"] == rows and not stats["buffered"] else 1
+        engines_delivered = engine_sender is None or not engine_sender.buffered
+        return 0 if rows and stats["sent"] == rows and not stats["buffered"] and engines_delivered else 1
     stop = stop or threading.Event()
     restore = _install_signal_handlers(stop)
     try:

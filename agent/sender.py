@@ -1,4 +1,5 @@
-"""Sends resource samples to ``POST {endpoint}/api/v1/resources``, surviving server outages.
+"""Sends resource samples to ``POST {endpoint}/api/v1/resources`` (and, a second sender, engine
+samples to ``POST {endpoint}/api/v1/engine_samples``), surviving server outages.
 
 Django-free and standard library only (urllib). Samples wait in a bounded in-memory buffer until
 the server takes them:
@@ -48,10 +49,16 @@ _KEEP_CONFIG = (401, 403, 404, 405)  # the request, not the data, is wrong: keep
 _DROP_DATA = (400, 415, 422)  # the server refuses these samples: sending them again cannot help
 
 
-def resources_url(endpoint: str) -> str:
-    """``http://host:8000`` (or ``…/api/v1/resources`` already) -> the resources URL."""
+ENGINES_PATH = "/api/v1/engine_samples"
+
+
+def resources_url(endpoint: str, path: str = PATH) -> str:
+    """``http://host:8000`` (or ``…/api/v1/resources`` already) -> the resources URL (or ``path``'s)."""
     base = endpoint.strip().rstrip("/")
-    return base if base.endswith(PATH) else base + PATH
+    for known in (PATH, ENGINES_PATH):
+        if base.endswith(known):
+            base = base[: -len(known)]
+    return base + path
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -93,12 +100,12 @@ def _server_error(body: bytes) -> tuple[bool, str]:
 
 class ResourceSender:
     def __init__(self, endpoint: str, api_key: str, max_buffer_samples: int = 10_000, timeout: float = 5,
-                 *, batch_size: int = 1_000, clock=time.monotonic):
+                 *, batch_size: int = 1_000, clock=time.monotonic, path: str = PATH):
         if max_buffer_samples < 1:
             raise ValueError("max_buffer_samples must be at least 1")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        self.url = resources_url(endpoint)
+        self.url = resources_url(endpoint, path)
         self.api_key = api_key
         self.max_buffer_samples = int(max_buffer_samples)
         self.timeout = timeout
@@ -252,4 +259,4 @@ class ResourceSender:
         return False
 
 
-__all__ = ["ResourceSender", "parse_retry_after", "resources_url", "PATH"]
+__all__ = ["ResourceSender", "parse_retry_after", "resources_url", "PATH", "ENGINES_PATH"]

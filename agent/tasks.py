@@ -1,34 +1,68 @@
 """The embedded server's in-process sampler: the local machine's resources, recorded for each
-project of this installation, so the Resources page shows the local machine out of the box.
+project of this installation, so the Resources page shows the local machine out of the box; and
+the inference engines it is told to scrape (``TRACEDASH_SCRAPE``, and the demo's simulator), so
+the Engines page shows them.
 
-The samples go through the ingestion service any agent's ``POST /api/v1/resources`` goes through
-(``ingest.services.resource_samples_ingest``: the same validation, group-commit writer and spool,
-live event), as the JSON objects an agent would send (``agent.sampler.sample_payload``)."""
+The samples go through the ingestion services any agent's ``POST /api/v1/resources`` and
+``POST /api/v1/engine_samples`` go through (``ingest.services``: the same validation, group-commit
+writer and spool, live event), as the JSON objects an agent would send (``agent.sampler.sample_payload``,
+``agent.engines``)."""
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 
 from celery import shared_task
+from django.conf import settings
 
-from ingest.services import resource_samples_ingest
+from ingest.services import engine_samples_ingest, resource_samples_ingest
 from projects.models import Project
 
 from .sampler import ResourceSampler, sample_payload
+from .scrape import EngineScraper
 
 log = logging.getLogger("tracedash.agent")
 
 _sampler: ResourceSampler | None = None
-_sampler_lock = threading.Lock()
+_scraper: EngineScraper | None = None
+_extra_targets: list[str] = []
+_lock = threading.Lock()
 
 
 def local_sampler() -> ResourceSampler:
     global _sampler
-    with _sampler_lock:
+    with _lock:
         if _sampler is None:
             _sampler = ResourceSampler()
     return _sampler
+
+
+def scrape_target_add(spec: str) -> None:
+    """Scrape one more engine from the next round on (the demo's simulator, started by ``serve``)."""
+    global _scraper
+    with _lock:
+        if spec not in _extra_targets:
+            _extra_targets.append(spec)
+            _scraper = None
+
+
+def scrape_target_remove(spec: str) -> None:
+    global _scraper
+    with _lock:
+        if spec in _extra_targets:
+            _extra_targets.remove(spec)
+            _scraper = None
+
+
+def local_scraper() -> EngineScraper:
+    global _scraper
+    with _lock:
+        if _scraper is None:
+            targets = list(dict.fromkeys([*settings.ENV.scrape_targets, *_extra_targets]))
+            _scraper = EngineScraper(targets, host=socket.gethostname())
+        return _scraper
 
 
 def resource_samples_record(*, rows: list[dict], project_ids: list[int]) -> int:
@@ -43,9 +77,26 @@ def resource_samples_record(*, rows: list[dict], project_ids: list[int]) -> int:
     return count
 
 
+def engine_samples_record(*, samples: list[dict], project_ids: list[int]) -> int:
+    """Scraped engine samples, ingested into each project as an agent's are; the rows stored."""
+    count = 0
+    for pid in project_ids:
+        stored, rejected = engine_samples_ingest(project_id=pid, samples=samples)
+        count += len(stored)
+        if rejected:
+            log.warning("scraped engine samples were rejected for project %s: %s", pid, rejected[:3])
+    return count
+
+
 @shared_task(name="agent.tasks.sample_local_host", ignore_result=True)
 def sample_local_host() -> int:
     project_ids = list(Project.objects.values_list("pk", flat=True))
     if not project_ids:
         return 0
-    return resource_samples_record(rows=local_sampler().sample(), project_ids=project_ids)
+    count = resource_samples_record(rows=local_sampler().sample(), project_ids=project_ids)
+    scraper = local_scraper()
+    if scraper:
+        samples = scraper.scrape()
+        if samples:
+            count += engine_samples_record(samples=samples, project_ids=project_ids)
+    return count

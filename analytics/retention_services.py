@@ -33,6 +33,7 @@ RETENTION_COLUMNS: dict[str, str] = {
     "spans": "start_time",
     "span_logs": "time",
     "resource_samples": "time",
+    "engine_samples": "time",
     "traces": "start_time",
     "traces_by_start": "start_time",
     "rollup_minute": "bucket",

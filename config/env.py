@@ -104,6 +104,7 @@ class Env:
     slow_query_ms: int = 1000
     slow_write_ms: int = 5000
     key_cache_ms: int = 500
+    scrape_targets: tuple[str, ...] = ()  # inference engines' /metrics the embedded server scrapes
 
     @property
     def embedded_store(self) -> bool:
@@ -380,4 +381,22 @@ def load(environ=None) -> Env:
         https=_flag(environ, "TRACEDASH_HTTPS"),
         hsts_seconds=_positive_int(environ, "TRACEDASH_HSTS_SECONDS", 31_536_000, minimum=0, maximum=10 * 31_536_000),
         proxy_ssl_header=_proxy_ssl_header(environ),
+        scrape_targets=_scrape_targets(environ),
     )
+
+
+def _scrape_targets(environ) -> tuple[str, ...]:
+    """``TRACEDASH_SCRAPE``: inference engines' Prometheus endpoints, comma-separated, each
+    ``[ENGINE=]URL`` (``vllm=http://gpu-1:8000/metrics``), as the agent's ``--scrape`` takes them."""
+    from agent.engines import parse_target
+
+    raw = _get(environ, "TRACEDASH_SCRAPE") or ""
+    targets = []
+    for part in raw.split(","):
+        if part.strip():
+            try:
+                parse_target(part)
+            except ValueError as exc:
+                raise ConfigError("TRACEDASH_SCRAPE", str(exc)) from None
+            targets.append(part.strip())
+    return tuple(targets)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -47,8 +48,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTrac
                                                                       ExportTraceServiceResponse)
 from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
 
+from agent.engines import Sample as EngineSample
+from agent.engines import is_engine_metric
+from agent.engines import samples_rows as engine_samples_rows
+
 from .schemas import (MAX_BYTES, MAX_COST_USD, MAX_DURATION_NS, MAX_LABEL_CHARS, MAX_NAME_CHARS, PHASES, FieldError,
-                      Limits, flatten_attributes, parse_time_ns)
+                      Limits, engine_sample_row, flatten_attributes, parse_time_ns)
 
 PROTOBUF = "application/x-protobuf"
 SPAN_KIND_CLIENT = 3
@@ -119,6 +124,7 @@ class OtlpPoint:
     time_ns: int
     attributes: dict
     resource: dict = field(default_factory=dict)
+    delta: bool = False  # a sum or histogram of delta temporality (engine counters must be cumulative)
 
 
 @dataclass
@@ -533,12 +539,49 @@ def _metrics_from_proto(body: bytes) -> list[OtlpPoint]:
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
                 kind = metric.WhichOneof("data")
+                if kind == "histogram" and is_engine_metric(metric.name):
+                    delta = metric.histogram.aggregation_temporality == _DELTA
+                    for point in metric.histogram.data_points:
+                        points.extend(_histogram_points(
+                            metric.name, metric.unit, list(point.explicit_bounds), list(point.bucket_counts),
+                            point.sum, point.count, point.time_unix_nano, _proto_attributes(point.attributes),
+                            resource, delta))
+                    continue
                 if kind not in ("gauge", "sum"):
-                    continue  # histograms and summaries carry no resource gauge
+                    continue  # other histograms and summaries carry no figure tracedash keeps
+                delta = kind == "sum" and metric.sum.aggregation_temporality == _DELTA
                 for point in getattr(metric, kind).data_points:
                     value = point.as_double if point.WhichOneof("value") == "as_double" else point.as_int
                     points.append(OtlpPoint(metric.name, metric.unit, float(value), point.time_unix_nano,
-                                            _proto_attributes(point.attributes), resource))
+                                            _proto_attributes(point.attributes), resource, delta))
+    return points
+
+
+_DELTA = 1  # AGGREGATION_TEMPORALITY_DELTA
+
+
+def _json_delta(data: dict) -> bool:
+    """Whether an OTLP/JSON sum or histogram is of delta temporality (the enum as its number, as the
+    spec asks, or as its name, as some encoders write it)."""
+    value = data.get("aggregationTemporality", 0)
+    if isinstance(value, str) and not value.strip().isdigit():
+        return value == "AGGREGATION_TEMPORALITY_DELTA"
+    return _json_int(value, "aggregationTemporality") == _DELTA
+
+
+def _histogram_points(name: str, unit: str, bounds: list, counts: list, total, count, time_ns, attributes: dict,
+                      resource: dict, delta: bool) -> list[OtlpPoint]:
+    """An OTLP histogram data point (per-bucket counts) as the Prometheus samples an engine's
+    ``/metrics`` shows for it: cumulative ``<name>_bucket`` points with ``le`` (seconds), ``<name>_sum``.
+    An OTLP histogram in milliseconds is converted to seconds."""
+    scale = 0.001 if unit == "ms" else 1.0
+    points = []
+    cumulative = 0.0
+    for i, bound in enumerate(list(bounds) + [math.inf]):
+        cumulative += float(counts[i]) if i < len(counts) else 0.0
+        points.append(OtlpPoint(name + "_bucket", unit, cumulative if i < len(bounds) else float(count), time_ns,
+                                {**attributes, "le": float(bound) * scale}, resource, delta))
+    points.append(OtlpPoint(name + "_sum", unit, float(total or 0.0) * scale, time_ns, attributes, resource, delta))
     return points
 
 
@@ -549,18 +592,34 @@ def _metrics_from_json(body: bytes) -> list[OtlpPoint]:
         resource = _json_attributes((resource_metrics.get("resource") or {}).get("attributes", []))
         for scope_metrics in _list(resource_metrics, "scopeMetrics"):
             for metric in _list(scope_metrics, "metrics"):
+                name, unit = str(metric.get("name", "")), str(metric.get("unit", ""))
+                histogram = metric.get("histogram")
+                if isinstance(histogram, dict) and is_engine_metric(name):
+                    delta = _json_delta(histogram)
+                    for point in _list(histogram, "dataPoints"):
+                        try:
+                            bounds = [float(b) for b in point.get("explicitBounds") or []]
+                            counts = [_json_int(c, "bucketCounts") for c in point.get("bucketCounts") or []]
+                            total = float(point.get("sum") or 0.0)
+                        except (TypeError, ValueError):
+                            raise OtlpDecodeError(f"histogram point of {name!r} has a bound or sum that is not a number") from None
+                        points.extend(_histogram_points(
+                            name, unit, bounds, counts, total, _json_int(point.get("count", 0), "count"),
+                            _json_int(point.get("timeUnixNano"), "timeUnixNano"),
+                            _json_attributes(point.get("attributes", [])), resource, delta))
+                    continue
                 data = metric.get("gauge") or metric.get("sum")
                 if not isinstance(data, dict):
                     continue
+                delta = data is metric.get("sum") and _json_delta(data)
                 for point in _list(data, "dataPoints"):
                     raw = point.get("asDouble", point.get("asInt"))
                     try:
                         value = float(raw)
                     except (TypeError, ValueError):
-                        raise OtlpDecodeError(f"data point of {metric.get('name')!r} has no number value") from None
-                    points.append(OtlpPoint(str(metric.get("name", "")), str(metric.get("unit", "")), value,
-                                            _json_int(point.get("timeUnixNano"), "timeUnixNano"),
-                                            _json_attributes(point.get("attributes", [])), resource))
+                        raise OtlpDecodeError(f"data point of {name!r} has no number value") from None
+                    points.append(OtlpPoint(name, unit, value, _json_int(point.get("timeUnixNano"), "timeUnixNano"),
+                                            _json_attributes(point.get("attributes", [])), resource, delta))
     return points
 
 
@@ -678,6 +737,53 @@ def _row(rows: dict, project_id: int, host: str, gpu_index: int, time_ns: int) -
             "memory_total": None, "process_pids": [], "process_names": [], "process_gpu_memory": [],
         }
     return row
+
+
+def _engine_family(name: str) -> str | None:
+    """The engine metric family a point belongs to (``x`` for ``x_bucket``/``x_sum`` of a histogram), or None."""
+    for suffix in ("_bucket", "_sum"):
+        if name.endswith(suffix) and is_engine_metric(name[: -len(suffix)]):
+            return name[: -len(suffix)]
+    return name if is_engine_metric(name) else None
+
+
+def engine_rows(points: list[OtlpPoint], *, project_id: int) -> tuple[list[dict], list[dict]]:
+    """Points of inference engines' metrics (vLLM, TGI, SGLang names, as an OTel Collector's
+    Prometheus receiver forwards them: ``agent.engines.SOURCES``) -> ``engine_samples`` rows, through
+    the same catalogue and check as a scrape by the agent. One engine instance is the point's resource
+    (``service.instance.id``, else ``service.name``); other points are not engine metrics: ignored."""
+    groups: dict[tuple, dict[str, list]] = {}
+    first_index: dict[tuple, int] = {}
+    rejected = []
+    for index, point in enumerate(points):
+        family = _engine_family(point.metric)
+        if family is None:
+            continue
+        if point.delta:
+            rejected.append({"index": index, "field": point.metric,
+                             "message": "delta temporality: engine counters and histograms must be cumulative"})
+            continue
+        resource = point.resource
+        host = str(resource.get("host.name") or point.attributes.get("host.name") or "")[:256]
+        target = str(resource.get("service.instance.id") or resource.get("service.name") or "")[:256]
+        key = (host, target, point.time_ns)
+        first_index.setdefault(key, index)
+        labels = {k: str(v) for k, v in point.attributes.items() if isinstance(v, (str, int, float))}
+        groups.setdefault(key, {}).setdefault(family, []).append(EngineSample(point.metric, labels, point.value))
+    rows = []
+    for key, families in groups.items():
+        host, target, time_ns = key
+        found, _ignored = engine_samples_rows(
+            [(name, "histogram" if any(s.name != name for s in samples) else "", samples)
+             for name, samples in families.items()],
+            time_ns=time_ns, host=host, target=target)
+        for row in found:
+            try:
+                rows.append(engine_sample_row(row, project_id=project_id))
+            except FieldError as exc:
+                rejected.append({"index": first_index[key], "field": f"{row['metric']}.{exc.field}",
+                                 "message": exc.message})
+    return rows, rejected
 
 
 def metrics_response(rejected: list[dict]) -> ExportMetricsServiceResponse:

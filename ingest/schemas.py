@@ -545,3 +545,79 @@ def parse_resource_sample(raw, *, project_id: int) -> dict:
         "process_names": [p.name for p in processes],
         "process_gpu_memory": [p.gpu_memory for p in processes],
     }
+
+
+# --- engine samples (POST /api/v1/engine_samples) -------------------------------------------------
+class EngineSampleIn(msgspec.Struct):
+    time: Time
+    metric: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    value: Annotated[float, msgspec.Meta(ge=0, le=1e15)]
+    host: Label = ""
+    engine: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    target: Label = ""
+    model: Label = ""
+    le: float | str | None = None
+
+
+class EngineSamplesIn(msgspec.Struct):
+    samples: list[msgspec.Raw]
+
+
+_engine_sample_decoder = msgspec.json.Decoder(EngineSampleIn)
+
+
+def _bucket_bound(value, field: str) -> float:
+    if isinstance(value, str):
+        if value.strip().lower() in ("+inf", "inf"):
+            return float("inf")
+        raise FieldError(field, 'must be a number of seconds or "+Inf"')
+    if not value > 0:  # also false for NaN
+        raise FieldError(field, "must be above 0")
+    return float(value)
+
+
+def engine_sample_row(sample: dict, *, project_id: int) -> dict:
+    """An engine sample in ``agent.engines`` form (the API's fields, ``time`` already parsed or
+    not) -> a row of ``store.schema.ENGINE_SAMPLES``; FieldError naming what is wrong. The one check
+    of the native endpoint and of OTLP metrics: known metric, ``le`` exactly for histogram buckets,
+    KV-cache usage a percentage."""
+    from agent.engines import HISTOGRAM, METRICS, SUM_SUFFIX
+
+    metric = sample["metric"]
+    base = metric[: -len(SUM_SUFFIX)] if metric.endswith(SUM_SUFFIX) else metric
+    kind = METRICS.get(base, (None,))[0]
+    if kind is None or (base != metric and kind != HISTOGRAM):
+        raise FieldError("metric", f"unknown engine metric {metric!r} (docs/engines.md lists them)")
+    value = float(sample["value"])
+    le = sample.get("le")
+    if kind == HISTOGRAM and base == metric:
+        if le is None:
+            raise FieldError("le", f"{metric} is a histogram: each sample is a bucket and needs its le")
+        le = _bucket_bound(le, "le")
+        if value != int(value):
+            raise FieldError("value", "a bucket count must be a whole number")
+    elif le is not None:
+        raise FieldError("le", f"only histogram buckets have le; {metric} is a {kind}")
+    else:
+        le = 0.0
+    if metric == "kv_cache_usage" and value > 100:
+        raise FieldError("value", "kv_cache_usage is a percentage (0..100)")
+    return {
+        "project_id": project_id,
+        "time": parse_time_ns(sample["time"], "time"),
+        "host": sample.get("host") or "",
+        "engine": (sample.get("engine") or "").lower(),
+        "target": sample.get("target") or "",
+        "model": sample.get("model") or "",
+        "metric": metric,
+        "le": le,
+        "value": value,
+    }
+
+
+def parse_engine_sample(raw, *, project_id: int) -> dict:
+    """One native JSON engine sample -> a row of ``store.schema.ENGINE_SAMPLES``."""
+    sample = _decode_item(_engine_sample_decoder, raw, kind="sample")
+    if type(sample.time) is float:  # unix nanoseconds written 1.7e18: read exactly from the text
+        sample.time = whole_number(_exact(raw)["time"], "time")
+    return engine_sample_row(msgspec.structs.asdict(sample), project_id=project_id)

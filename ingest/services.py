@@ -17,7 +17,7 @@ from channels.layers import get_channel_layer
 
 from config.live import group_send
 
-from .schemas import SamplesIn, decode_envelope, parse_each, parse_resource_sample
+from .schemas import EngineSamplesIn, SamplesIn, decode_envelope, parse_each, parse_engine_sample, parse_resource_sample
 from .writer import Outcome, get_writer
 
 # Live events are best-effort: a Redis that accepts connections but answers nothing (frozen,
@@ -37,6 +37,7 @@ def _event(rows: list[dict]) -> dict:
 
 
 def _resources_event(rows: list[dict]) -> dict:
+    """Resource and engine samples both: the Resources and Engines pages refresh on it."""
     hosts = sorted({str(row["host"]) for row in rows})
     return {"type": "resources.ingested", "samples": len(rows), "hosts": hosts[:100]}
 
@@ -110,5 +111,30 @@ def resource_samples_ingest(*, project_id: int, samples: list[dict]) -> tuple[li
     rows, rejected = resource_samples_validate(items, project_id=project_id)
     if rows:
         get_writer().write("resource_samples", rows)
+        resources_notify(project_id=project_id, rows=rows)
+    return rows, rejected
+
+
+def engine_samples_validate(items: list, *, project_id: int) -> tuple[list[dict], list[dict]]:
+    """Raw samples of a ``POST /api/v1/engine_samples`` batch -> (rows, rejected)."""
+    return parse_each(items, lambda item: parse_engine_sample(item, project_id=project_id))
+
+
+async def engine_samples_store_async(*, project_id: int, rows: list[dict]) -> Outcome | None:
+    """Store validated engine sample rows through the writer, then announce them (as resources)."""
+    if not rows:
+        return None
+    outcome = await get_writer().submit_async("engine_samples", rows)
+    await resources_notify_async(project_id=project_id, rows=rows)
+    return outcome
+
+
+def engine_samples_ingest(*, project_id: int, samples: list[dict]) -> tuple[list[dict], list[dict]]:
+    """``POST /api/v1/engine_samples`` for a synchronous caller in this process (the embedded
+    server scraping engines): the same parser, writer and event. Returns (rows stored, rejected)."""
+    items = decode_envelope(msgspec.json.encode({"samples": samples}), EngineSamplesIn, name="samples")
+    rows, rejected = engine_samples_validate(items, project_id=project_id)
+    if rows:
+        get_writer().write("engine_samples", rows)
         resources_notify(project_id=project_id, rows=rows)
     return rows, rejected

@@ -1,4 +1,5 @@
-"""Ingestion endpoints: native JSON (``/api/v1/traces``, ``/api/v1/resources``) and OTLP/HTTP
+"""Ingestion endpoints: native JSON (``/api/v1/traces``, ``/api/v1/resources``,
+``/api/v1/engine_samples``) and OTLP/HTTP
 (``/v1/traces``, ``/v1/metrics``, ``/v1/logs``; ``/api/public/otel/v1/traces`` too, where the Langfuse SDK sends).
 
 Views are async so that requests waiting for the group commit do not hold a thread: parsing runs
@@ -20,8 +21,10 @@ from config.fast_path import fast_path
 from .auth import authenticate_request_async
 from .http import ApiError, read_body
 from .ratelimit import limiter, retry_after_header
-from .schemas import EnvelopeError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each, parse_spans
-from .services import resource_samples_store_async, resource_samples_validate, traces_notify_async
+from .schemas import (EngineSamplesIn, EnvelopeError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each,
+                      parse_spans)
+from .services import (engine_samples_store_async, engine_samples_validate, resource_samples_store_async,
+                       resource_samples_validate, traces_notify_async)
 from .spool import SpoolFull
 from .writer import Overloaded, get_writer
 
@@ -147,6 +150,24 @@ async def resources_ingest(request):
         return exc.response()
 
 
+@fast_path
+@csrf_exempt
+async def engine_samples_ingest(request):
+    try:
+        key, _, body = await _begin(request, (JSON,))
+        try:
+            items = decode_envelope(body, EngineSamplesIn, name="samples")
+        except EnvelopeError as exc:
+            raise _envelope_error(exc, "samples") from None
+        _admit(key, len(items), "samples")
+        rows, rejected = engine_samples_validate(items, project_id=key.project_id)
+        _all_rejected(rows, rejected, "samples")
+        await _stored(engine_samples_store_async(project_id=key.project_id, rows=rows))
+        return JsonResponse({"accepted": len(rows), "rejected": rejected})
+    except ApiError as exc:
+        return exc.response()
+
+
 # --- OTLP/HTTP --------------------------------------------------------------------------------
 def _otlp_response(content_type: str, message) -> HttpResponse:
     return HttpResponse(otlp.encode_response(message, content_type), content_type=content_type)
@@ -183,7 +204,10 @@ async def otlp_metrics(request):
     try:
         key, content_type, points = await _otlp_begin(request, otlp.decode_metrics, "data points")
         rows, rejected = otlp.resource_rows(points, project_id=key.project_id)
+        engine_rows, engine_rejected = otlp.engine_rows(points, project_id=key.project_id)
         await _stored(resource_samples_store_async(project_id=key.project_id, rows=rows))
+        await _stored(engine_samples_store_async(project_id=key.project_id, rows=engine_rows))
+        rejected = sorted(rejected + engine_rejected, key=lambda r: r["index"])
         return _otlp_response(content_type, otlp.metrics_response(rejected))
     except ApiError as exc:
         return exc.response()

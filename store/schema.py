@@ -188,6 +188,31 @@ RESOURCE_SAMPLES = Table(
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
 )
 
+# Inference engines' own metrics (vLLM, TGI, SGLang: scraped from their Prometheus ``/metrics`` by
+# the agent, or sent over OTLP), one row per (series, sample time), under the canonical names of
+# ``agent.engines.METRICS``. Gauges are the value at that time; counters and histogram buckets
+# (``le``: the bucket's upper bound in seconds, inf for the count; 0 for every other metric) are
+# cumulative, so reads take increases between samples (a drop — an engine restart — restarts from 0).
+ENGINE_SAMPLES = Table(
+    name="engine_samples",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("time", DATETIME_MS, "DoubleDelta, ZSTD(1)"),
+        Column("host", "LowCardinality(String)"),  # where the agent ran (OTLP: host.name)
+        Column("engine", "LowCardinality(String)"),  # vllm | tgi | sglang | the --scrape label
+        Column("target", "LowCardinality(String)"),  # the scraped URL (OTLP: service.instance.id)
+        Column("model", "LowCardinality(String)"),  # the engine's model label ('' when it has none)
+        Column("metric", "LowCardinality(String)"),
+        Column("le", "Float64"),
+        Column("value", "Float64", "Gorilla, ZSTD(1)"),
+    ),
+    engine="MergeTree",
+    partition_by="toDate(time)",
+    order_by="(project_id, metric, engine, target, model, le, time)",
+    ttl="toDateTime(time) + toIntervalDay({retention_days})",
+    settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+)
+
 _MODEL_COLUMNS = (
     Column("model_input_tokens", "Map(String, UInt64)", "ZSTD(1)"),
     Column("model_output_tokens", "Map(String, UInt64)", "ZSTD(1)"),
@@ -402,7 +427,7 @@ RESOURCE_MINUTE = _resource_rollup("resource_minute")
 # 30-day chart reads 720 rows per host/GPU.
 RESOURCE_HOUR = _resource_rollup("resource_hour")
 
-TABLES: dict[str, Table] = {t.name: t for t in (SPANS, SPAN_LOGS, RESOURCE_SAMPLES, TRACES, TRACES_BY_START,
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, SPAN_LOGS, RESOURCE_SAMPLES, ENGINE_SAMPLES, TRACES, TRACES_BY_START,
                                                    ROLLUP_MINUTE, ROLLUP_HOUR, ROLLUP_DAY, ROLLUP_HOUR_ALL,
                                                    ROLLUP_DAY_ALL, ROLLUP_6H, ROLLUP_6H_ALL, ROLLUP_DIRTY,
                                                    TASK_WATERMARKS, RESOURCE_MINUTE, RESOURCE_HOUR)}

@@ -139,6 +139,9 @@ def _seed(project_id: int, *, days_ago: float, rng: random.Random, now_ns: int) 
         "project_id": project_id, "trace_id": spans[0]["trace_id"], "span_id": spans[0]["span_id"], "time": start,
         "event_name": "gen_ai.user.message", "severity": "", "body": '{"content":"hi"}', "attributes": {},
         "service": "svc", "resource_attributes": {}}], tag="tests.retention.span_logs")
+    get_store().insert("engine_samples", [{  # an inference engine's KV-cache usage (POST /api/v1/engine_samples)
+        "project_id": project_id, "time": start, "host": "gpu-1", "engine": "vllm", "target": "http://gpu-1:8000/metrics",
+        "model": "llama", "metric": "kv_cache_usage", "le": 0.0, "value": 50.0}], tag="tests.retention.engine_samples")
     return spans[0]["trace_id"]
 
 
