@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from django import forms
 from django.utils import timezone
 
-from .models import LATENCY_METRICS, Aggregation, AlertRule, Metric, NotificationChannel, Phase
+from .models import WINDOW_METRICS, Aggregation, AlertRule, Metric, NotificationChannel, Phase
 from .silences import MatcherError, matchers_validate
 
 
@@ -102,7 +102,7 @@ class RuleForm(forms.ModelForm):
     def clean(self):
         data = super().clean()
         metric = data.get("metric")
-        if metric in LATENCY_METRICS:
+        if metric in WINDOW_METRICS:
             data["aggregation"] = Aggregation.WINDOW
         elif data.get("aggregation") == Aggregation.WINDOW and metric != Metric.PROCESS_LEAK_RATIO:
             self.add_error("aggregation", "resource metrics need latest, average, maximum or minimum")

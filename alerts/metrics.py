@@ -15,6 +15,10 @@ Sources:
   the minimum of its first ``BASELINE_SECONDS`` (looked for within ``BASELINE_LOOKBACK_SECONDS``).
 - ``spans``: raw spans of the window, deduplicated per (trace_id, span_id), summarised per trace
   by ``analytics.trace_math`` and aggregated per root service (alerts.latency).
+- ``engines``: inference engines' samples (``engine_samples``) in the window, one series per engine
+  instance (engine, target, model) through ``analytics.engines.window_figures``: KV-cache usage % and
+  waiting requests as the latest / average / max / min sample, engine-side TTFT P95 from the
+  TTFT histogram's bucket increases in the window (no request finished in it: missing).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from datetime import datetime, timezone
 
 from store import get_store
 
-from .models import GPU_METRICS, HOST_METRICS, LATENCY_METRICS, PROCESS_METRICS, Metric
+from .models import (ENGINE_GAUGE_METRICS, ENGINE_METRICS, GPU_METRICS, HOST_METRICS, LATENCY_METRICS, PROCESS_METRICS,
+                     Metric)
 
 BASELINE_SECONDS = 600  # DOMAIN.md: a process's baseline is the minimum over its first 10 minutes
 BASELINE_LOOKBACK_SECONDS = 24 * 3600
@@ -87,6 +92,8 @@ class Series:
 
 
 def source_of(metric: str) -> str:
+    if metric in ENGINE_METRICS:
+        return "engines"
     if metric in PROCESS_METRICS:
         return "processes"
     if metric in LATENCY_METRICS:
@@ -139,7 +146,33 @@ def processes_fetch(*, project_id: int, window_seconds: int, now: datetime) -> l
     return out
 
 
+# alert metric -> the engine gauge it aggregates
+_ENGINE_GAUGES = {Metric.ENGINE_KV_CACHE_PERCENT: "kv_cache_usage", Metric.ENGINE_REQUESTS_WAITING: "requests_waiting"}
+
+
+def engine_series_of(figures) -> Series:
+    """One engine instance's window figures (``analytics.engines.InstanceFigures``) as an alert series."""
+    instance = figures.instance
+    labels = {"host": figures.host, "engine": instance.engine, "target": instance.target, "model": instance.model}
+    values: dict = {}
+    for metric, gauge in _ENGINE_GAUGES.items():
+        got = figures.gauges.get(gauge)
+        for agg, field_name in (("last", "last"), ("avg", "mean"), ("max", "high"), ("min", "low")):
+            values[f"{metric.value}__{agg}"] = None if got is None else got[field_name]
+    values[Metric.ENGINE_TTFT_P95.value] = (figures.percentiles_ms.get("ttft_seconds") or {}).get(0.95)
+    return Series(instance.key, labels, values, _when(figures.last_ms))
+
+
+def engines_fetch(*, project_id: int, window_seconds: int, now: datetime) -> list[Series]:
+    from analytics.engines import window_figures
+
+    start = datetime.fromtimestamp((_ms(now) - window_seconds * 1000) / 1000, tz=timezone.utc)
+    return [engine_series_of(f) for f in window_figures(project_id=project_id, start=start, end=now)]
+
+
 def fetch(*, project_id: int, source: str, window_seconds: int, now: datetime, model: str = "") -> list[Series]:
+    if source == "engines":
+        return engines_fetch(project_id=project_id, window_seconds=window_seconds, now=now)
     if source == "resources":
         return resources_fetch(project_id=project_id, window_seconds=window_seconds, now=now)
     if source == "processes":
@@ -159,13 +192,17 @@ def rule_values(rule, series: list[Series]) -> dict[str, tuple[dict, float | Non
             continue
         if metric in HOST_METRICS and "gpu" in labels:
             continue
+        if (metric in ENGINE_METRICS) != ("engine" in labels):
+            continue
+        if metric in ENGINE_METRICS and rule.model and labels.get("model") != rule.model:
+            continue
         if rule.host and labels.get("host") != rule.host:
             continue
         if rule.gpu_index is not None and "gpu" in labels and labels["gpu"] != str(rule.gpu_index):
             continue
         if rule.service and "service" in labels and labels["service"] != rule.service:
             continue
-        if metric in (GPU_METRICS | HOST_METRICS):
+        if metric in (GPU_METRICS | HOST_METRICS | ENGINE_GAUGE_METRICS):
             value = s.values.get(f"{metric}__{rule.aggregation if rule.aggregation != 'window' else 'last'}")
         elif metric == Metric.PHASE_SHARE:
             value = s.values.get(f"{metric}:{rule.phase or 'inference'}")

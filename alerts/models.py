@@ -24,6 +24,9 @@ class Metric(models.TextChoices):
     NETWORK_P95 = "network_p95_ms", "P95 network time (ms)"
     ERROR_RATE = "error_rate_percent", "Error rate %"
     REQUEST_RATE = "request_rate", "Request rate (requests/s)"
+    ENGINE_KV_CACHE_PERCENT = "engine_kv_cache_percent", "Engine KV-cache usage %"
+    ENGINE_REQUESTS_WAITING = "engine_requests_waiting", "Engine waiting requests"
+    ENGINE_TTFT_P95 = "engine_ttft_p95_ms", "Engine-side P95 time to first token (ms)"
 
 
 RESOURCE_METRICS = {Metric.GPU_MEMORY_PERCENT, Metric.GPU_UTILIZATION, Metric.GPU_TEMPERATURE,
@@ -33,6 +36,13 @@ HOST_METRICS = {Metric.HOST_CPU_PERCENT, Metric.HOST_MEMORY_PERCENT}
 PROCESS_METRICS = {Metric.PROCESS_LEAK_RATIO}
 LATENCY_METRICS = {Metric.E2E_P50, Metric.E2E_P95, Metric.E2E_P99, Metric.TTFT_P95, Metric.PHASE_SHARE,
                    Metric.NETWORK_P95, Metric.ERROR_RATE, Metric.REQUEST_RATE}
+# Inference engines' own metrics (engine_samples): gauges take an aggregation like the resources;
+# the TTFT percentile is over the window's requests (from the histogram's bucket increases).
+ENGINE_GAUGE_METRICS = {Metric.ENGINE_KV_CACHE_PERCENT, Metric.ENGINE_REQUESTS_WAITING}
+ENGINE_WINDOW_METRICS = {Metric.ENGINE_TTFT_P95}
+ENGINE_METRICS = ENGINE_GAUGE_METRICS | ENGINE_WINDOW_METRICS
+# Metrics that are already an aggregate over the window: their rules use Aggregation.WINDOW.
+WINDOW_METRICS = LATENCY_METRICS | ENGINE_WINDOW_METRICS
 
 
 class Aggregation(models.TextChoices):

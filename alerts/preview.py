@@ -9,8 +9,8 @@ from charts import figure, figure_dict, threshold_line
 from store import get_store
 
 from .latency import figures_sql, series_from_row, summaries_bring_up_to_date
-from .metrics import _AGG_SQL, _RESOURCE_FIGURES, rule_values, series_key, Series
-from .models import GPU_METRICS, LATENCY_METRICS, PROCESS_METRICS, Comparator, Metric
+from .metrics import _AGG_SQL, _RESOURCE_FIGURES, engine_series_of, rule_values, series_key, Series
+from .models import ENGINE_METRICS, GPU_METRICS, LATENCY_METRICS, PROCESS_METRICS, Comparator, Metric
 
 RESOURCE_HOURS = 6
 LATENCY_HOURS = 6
@@ -46,6 +46,8 @@ def rule_preview_figure(*, rule, now: datetime | None = None) -> dict:
         fig.add_annotation(text=note, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     elif metric in LATENCY_METRICS:
         lines = _latency_lines(rule, now)
+    elif metric in ENGINE_METRICS:
+        lines = _engine_lines(rule, now)
     else:
         lines = _resource_lines(rule, now)
     for key, points in sorted(lines.items())[:MAX_SERIES]:
@@ -85,6 +87,18 @@ def _latency_lines(rule, now: datetime) -> dict[str, list[tuple[int, float]]]:
     series = [((since_ns // 1_000_000_000) + (int(row["bucket"]) + 1) * step, series_from_row(row, window_seconds=step))
               for row in rows]
     return _collect(rule, series)
+
+
+def _engine_lines(rule, now: datetime) -> dict[str, list[tuple[int, float]]]:
+    """The rule's figure per window-long bucket of the period, from the same engine reads."""
+    from analytics.engines import engine_series
+
+    step = max(60, int(rule.window_seconds))
+    series = engine_series(project_id=rule.project_id, start=now - timedelta(hours=RESOURCE_HOURS), end=now,
+                           step_seconds=step)
+    stamped = [(int(t.timestamp()) + step, engine_series_of(f))
+               for instance in series.instances for t, f in zip(series.times, instance.buckets) if f is not None]
+    return _collect(rule, stamped)
 
 
 def _collect(rule, stamped: list[tuple[int, Series]]) -> dict[str, list[tuple[int, float]]]:

@@ -680,6 +680,29 @@ def rule_create(*, project, channels=(), **fields) -> AlertRule:
 # installed switched off: for most LLM apps inference is most of the latency (the demo's is ~80 %),
 # so on by default it would be firing on every healthy install; the overview and the trace page
 # show the share against its 60 % line anyway, and a user who wants the alert switches it on.
+# The inference engines' rules (docs/engines.md). alerts/migrations/0004 installs them in projects made before them.
+ENGINE_DEFAULT_RULES = (
+    dict(name="Engine KV cache > 90 % for 1 min", metric="engine_kv_cache_percent", aggregation="last",
+         window_seconds=60, comparator="gt", threshold=90, for_seconds=60, keep_firing_for_seconds=60,
+         severity="warning",
+         explanation="An engine's KV cache above 90 % for a whole minute: new requests wait for room and running "
+                     "ones are preempted (recomputed later), so time to first token climbs with load.",
+         runbook="See the Engines page: waiting requests and preemptions rising with it confirm it. Add a replica, "
+                 "lower max-num-seqs / max model length, or give the engine more GPU memory "
+                 "(gpu-memory-utilization), a quantised KV cache or a smaller model."),
+    dict(name="Engine waiting requests > 10 for 1 min", metric="engine_requests_waiting", aggregation="last",
+         window_seconds=60, comparator="gt", threshold=10, for_seconds=60, keep_firing_for_seconds=60,
+         severity="warning",
+         explanation="More than 10 requests queued in an engine for a whole minute: it takes requests faster "
+                     "than it finishes them, and every queued request's TTFT includes the wait.",
+         runbook="Compare engine-side and app-side TTFT on the Engines page; scale out or shed load (priority tiers)."),
+    dict(name="Engine TTFT P95 > 1000 ms", metric="engine_ttft_p95_ms", aggregation="window", window_seconds=300,
+         comparator="gt", threshold=1000, for_seconds=300, keep_firing_for_seconds=60, severity="warning",
+         explanation="The engine's own time to first token (arrival to first token, its queue included) above its "
+                     "target of 1 s at P95 for 5 minutes: users wait before anything appears. Set the threshold to "
+                     "your engine's TTFT target."),
+)
+
 DEFAULT_RULES = (
     dict(name="GPU memory ≥ 85 %", metric="gpu_memory_percent", aggregation="last", window_seconds=60,
          comparator="gte", threshold=85, for_seconds=60, keep_firing_for_seconds=60, severity="critical",
@@ -713,6 +736,7 @@ DEFAULT_RULES = (
          comparator="gt", threshold=200, for_seconds=300, keep_firing_for_seconds=0, severity="warning",
          explanation="Network time above 200 ms at P95 means the region or the connection is wrong "
                      "(a far-away endpoint, no connection reuse)."),
+    *ENGINE_DEFAULT_RULES,
 )
 
 
