@@ -19,14 +19,15 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .http import ApiError
 from .schemas import (_RFC3339, MAX_DURATION_NS, MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_TIME_NS, MIN_TIME_NS, Limits,
-                      ResourceSampleIn, SpanIn)
+                      EngineSampleIn, ResourceSampleIn, SpanIn)
 
 REF = "#/components/schemas/{name}"
 JSON = "application/json"
 PROTOBUF = "application/x-protobuf"
 
 # msgspec struct name -> component name
-_RENAMES = {"SpanIn": "Span", "EventIn": "Event", "ResourceSampleIn": "ResourceSample", "ProcessIn": "Process"}
+_RENAMES = {"SpanIn": "Span", "EventIn": "Event", "ResourceSampleIn": "ResourceSample", "ProcessIn": "Process",
+            "EngineSampleIn": "EngineSample"}
 
 _LIMITS = Limits()
 _TIME = ("RFC 3339 text (nanoseconds kept), e.g. `2026-11-30T12:00:00.200Z`, or integer unix nanoseconds "
@@ -101,6 +102,26 @@ _DESCRIPTIONS: dict[str, tuple[str, dict[str, str]]] = {
             "processes": "Processes holding GPU memory (at most 1024).",
         },
     ),
+    "EngineSample": (
+        "One value of one inference-engine metric (vLLM, TGI, SGLang) of one engine instance at one time, "
+        "under tracedash's metric names (docs/engines.md). Gauges are the value at that time; counters and "
+        "histogram buckets are cumulative since the engine started. Unknown fields are ignored.",
+        {
+            "time": f"When the sample was taken: {_TIME}.",
+            "metric": "A metric name of docs/engines.md: a gauge (`requests_running`, `requests_waiting`, "
+                      "`requests_swapped`, `kv_cache_usage` in percent 0..100), a counter (`preemptions`, "
+                      "`prompt_tokens`, `generation_tokens`, `requests_succeeded`, `requests_failed`, `requests`), a "
+                      "histogram bucket (`ttft_seconds`, `e2e_seconds`, `queue_seconds`, `inter_token_seconds`, with "
+                      "`le`) or a histogram's sum (the same name + `_sum`, seconds).",
+            "value": "The value: non-negative; a bucket's cumulative count is a whole number.",
+            "host": f"The host the engine runs on, at most {MAX_LABEL_CHARS} characters.",
+            "engine": "The engine: `vllm`, `tgi`, `sglang` or your own label, at most 64 characters.",
+            "target": f"The engine instance, e.g. its /metrics URL, at most {MAX_LABEL_CHARS} characters.",
+            "model": f"The model the engine serves, at most {MAX_LABEL_CHARS} characters.",
+            "le": "Histogram buckets only (required there): the bucket's upper bound in seconds, above 0, or "
+                  "`\"+Inf\"` for the count.",
+        },
+    ),
     "Process": (
         "A process holding GPU memory. Unknown fields are ignored.",
         {
@@ -163,7 +184,7 @@ def _integer_only(prop: dict) -> None:
 
 
 def _item_schemas() -> dict[str, dict]:
-    _, components = msgspec.json.schema_components([SpanIn, ResourceSampleIn], ref_template=REF)
+    _, components = msgspec.json.schema_components([SpanIn, ResourceSampleIn, EngineSampleIn], ref_template=REF)
     schemas = {_RENAMES[name]: _rename_refs(schema) for name, schema in components.items()}
     for schema in schemas.values():
         for prop in schema.get("properties", {}).values():
@@ -180,7 +201,8 @@ def _item_schemas() -> dict[str, dict]:
             schema["properties"][field] = {"title": field, "description": text, **schema["properties"][field]}
 
     # Rules the code enforces beyond the structs' types.
-    for name, fields in (("Span", ("start_time", "end_time")), ("Event", ("time",)), ("ResourceSample", ("time",))):
+    for name, fields in (("Span", ("start_time", "end_time")), ("Event", ("time",)), ("ResourceSample", ("time",)),
+                         ("EngineSample", ("time",))):
         for field in fields:
             prop = schemas[name]["properties"][field]
             _branch(prop, "integer").update(minimum=MIN_TIME_NS, exclusiveMaximum=MAX_TIME_NS)
@@ -429,6 +451,12 @@ def _build() -> dict:
                 description="A JSON batch of host and GPU resource samples. Valid samples are stored and the "
                             "answer lists the rejected ones by index; when every sample is rejected the answer "
                             "is a 400 `invalid_samples`.")},
+            "/api/v1/engine_samples": {"post": _native_operation(
+                operation_id="ingestEngineSamples", summary="Send inference engines' metric samples", field="samples",
+                item="EngineSample",
+                description="A JSON batch of inference-engine samples (what the agent's `--scrape` sends). Valid "
+                            "samples are stored and the answer lists the rejected ones by index; when every "
+                            "sample is rejected the answer is a 400 `invalid_samples`.")},
             "/v1/traces": {"post": _otlp_operation(
                 signal="traces", request="ExportTraceServiceRequest", response="ExportTraceServiceResponse",
                 operation_id="otlpTraces")},

@@ -31,8 +31,9 @@ KEY_VARIABLES = ("${TRACEDASH_API_KEY}", "$TRACEDASH_API_KEY")
 
 # (curl commands, json request bodies, SDK quick starts) per file; files not listed have none.
 EXPECTED = {
-    "README.md": (4, 0, 1),
+    "README.md": (5, 0, 1),
     "docs/api.md": (2, 0, 0),
+    "docs/engines.md": (1, 0, 0),
     "docs/otlp.md": (3, 0, 0),
     "docs/sdk.md": (0, 0, 1),
 }

@@ -412,3 +412,35 @@ def test_otlp_json_from_a_collector_prometheus_receiver_keeps_vllm_names(asgi_se
     assert {le: v for (m, le), v in got.items() if m == "e2e_seconds"} == {0.5: 2, 1.0: 5, 2.5: 9, math.inf: 10}
     assert got[("e2e_seconds_sum", 0.0)] == pytest.approx(12.5)
     assert {r["engine"] for r in _rows(project.pk)} == {"vllm"} and {r["model"] for r in _rows(project.pk)} == {"llama"}
+
+
+# --- the embedded server --------------------------------------------------------------------------
+def test_the_embedded_sampler_scrapes_configured_and_registered_targets(project_with_key, endpoint, settings,
+                                                                        monkeypatch):
+    """``sample_local_host`` (the embedded beat's task) scrapes TRACEDASH_SCRAPE and the targets
+    ``serve`` registers (the demo's simulator), into every project, through the ingest service."""
+    import dataclasses
+
+    from agent import tasks
+
+    a, _ = project_with_key()
+    b, _ = project_with_key()
+    tgi = MetricsEndpoint()
+    try:
+        tgi.text = TGI_TEXT
+        endpoint.text = vllm_v1_text(waiting=2)
+        monkeypatch.setattr(settings, "ENV", dataclasses.replace(settings.ENV, scrape_targets=(f"tgi={tgi.url}",)))
+        monkeypatch.setattr(tasks, "_scraper", None)
+        tasks.scrape_target_add(f"vllm={endpoint.url}")
+        try:
+            assert tasks.sample_local_host() > 0
+        finally:
+            tasks.scrape_target_remove(f"vllm={endpoint.url}")
+            monkeypatch.setattr(tasks, "_scraper", None)
+    finally:
+        tgi.close()
+    for project in (a, b):
+        rows = _rows(project.pk)
+        assert {(r["engine"], r["target"]) for r in rows} == {("tgi", tgi.url), ("vllm", endpoint.url)}
+        waiting = {r["engine"]: r["value"] for r in rows if r["metric"] == "requests_waiting"}
+        assert waiting == {"tgi": 7, "vllm": 2}
