@@ -559,10 +559,6 @@ class EngineSampleIn(msgspec.Struct):
     le: float | str | None = None
 
 
-class EngineSamplesIn(msgspec.Struct):
-    samples: list[msgspec.Raw]
-
-
 _engine_sample_decoder = msgspec.json.Decoder(EngineSampleIn)
 
 

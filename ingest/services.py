@@ -2,7 +2,7 @@
 
 Resource samples take one path whoever sends them: an agent over ``POST /api/v1/resources``
 (``ingest.views``) or the embedded server sampling its own host (``agent.tasks``) are both
-validated by ``resource_samples_validate``, written through the process's group-commit writer
+validated by ``samples_validate``, written through the process's group-commit writer
 (ClickHouse, or the fsync'd spool when it cannot take them) and announced with the same
 ``resources.ingested`` event."""
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
+from typing import Callable
 
 import msgspec
 from asgiref.sync import async_to_sync
@@ -17,7 +19,7 @@ from channels.layers import get_channel_layer
 
 from config.live import group_send
 
-from .schemas import EngineSamplesIn, SamplesIn, decode_envelope, parse_each, parse_engine_sample, parse_resource_sample
+from .schemas import SamplesIn, decode_envelope, parse_each, parse_engine_sample, parse_resource_sample
 from .writer import Outcome, get_writer
 
 # Live events are best-effort: a Redis that accepts connections but answers nothing (frozen,
@@ -85,56 +87,53 @@ def resources_notify(*, project_id: int, rows: list[dict]) -> None:
         group_send(traces_group(project_id), _resources_event(rows), wait=False)
 
 
-def resource_samples_validate(items: list, *, project_id: int) -> tuple[list[dict], list[dict]]:
-    """Raw samples of a ``POST /api/v1/resources`` batch -> (rows, rejected), a rejection naming
-    the sample's index, field and what is wrong (the endpoint answers with the same list)."""
-    return parse_each(items, lambda item: parse_resource_sample(item, project_id=project_id))
+@dataclass(frozen=True)
+class SampleKind:
+    """A native batch of samples (``{"samples": [...]}``): the table it is stored in and the parser
+    of one sample (a row, or a FieldError naming what is wrong)."""
+
+    table: str
+    parse: Callable
 
 
-async def resource_samples_store_async(*, project_id: int, rows: list[dict]) -> Outcome | None:
-    """Store validated sample rows of one project through the writer, then announce them. The
-    writer's refusals (``Overloaded``, ``SpoolFull``, a store error) are raised to the caller."""
+RESOURCE_SAMPLES = SampleKind("resource_samples", parse_resource_sample)  # POST /api/v1/resources
+ENGINE_SAMPLES = SampleKind("engine_samples", parse_engine_sample)  # POST /api/v1/engine_samples
+
+
+def samples_validate(kind: SampleKind, items: list, *, project_id: int) -> tuple[list[dict], list[dict]]:
+    """Raw samples of a batch -> (rows, rejected), a rejection naming the sample's index, field and
+    what is wrong (the endpoint answers with the same list)."""
+    return parse_each(items, lambda item: kind.parse(item, project_id=project_id))
+
+
+async def samples_store_async(kind: SampleKind, *, project_id: int, rows: list[dict]) -> Outcome | None:
+    """Store validated sample rows of one project through the writer, then announce them (resource
+    and engine samples both as ``resources.ingested``). The writer's refusals (``Overloaded``,
+    ``SpoolFull``, a store error) are raised to the caller."""
     if not rows:
         return None
-    outcome = await get_writer().submit_async("resource_samples", rows)
+    outcome = await get_writer().submit_async(kind.table, rows)
     await resources_notify_async(project_id=project_id, rows=rows)
     return outcome
+
+
+def samples_ingest(kind: SampleKind, *, project_id: int, samples: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The endpoint's ingestion for a synchronous caller in this process (the embedded server sampling
+    its host, ``agent.sampler.sample_payload``, and scraping engines, ``agent.engines``): ``samples``
+    as the endpoint's JSON objects are validated by the same parser, stored through the same writer
+    (waiting for it, like a request) and announced with the same event (sent onto the serving loop,
+    ``config.live``). Returns (rows stored, rejected)."""
+    items = decode_envelope(msgspec.json.encode({"samples": samples}), SamplesIn, name="samples")
+    rows, rejected = samples_validate(kind, items, project_id=project_id)
+    if rows:
+        get_writer().write(kind.table, rows)
+        resources_notify(project_id=project_id, rows=rows)
+    return rows, rejected
 
 
 def resource_samples_ingest(*, project_id: int, samples: list[dict]) -> tuple[list[dict], list[dict]]:
-    """The ``POST /api/v1/resources`` ingestion for a synchronous caller in this process (the
-    embedded host sampler): ``samples`` as the endpoint's JSON objects (``agent.sampler.sample_payload``)
-    are validated by the same parser, stored through the same writer (waiting for it, like a
-    request) and announced with the same event (sent onto the serving loop, ``config.live``).
-    Returns (rows stored, rejected)."""
-    items = decode_envelope(msgspec.json.encode({"samples": samples}), SamplesIn, name="samples")
-    rows, rejected = resource_samples_validate(items, project_id=project_id)
-    if rows:
-        get_writer().write("resource_samples", rows)
-        resources_notify(project_id=project_id, rows=rows)
-    return rows, rejected
-
-
-def engine_samples_validate(items: list, *, project_id: int) -> tuple[list[dict], list[dict]]:
-    """Raw samples of a ``POST /api/v1/engine_samples`` batch -> (rows, rejected)."""
-    return parse_each(items, lambda item: parse_engine_sample(item, project_id=project_id))
-
-
-async def engine_samples_store_async(*, project_id: int, rows: list[dict]) -> Outcome | None:
-    """Store validated engine sample rows through the writer, then announce them (as resources)."""
-    if not rows:
-        return None
-    outcome = await get_writer().submit_async("engine_samples", rows)
-    await resources_notify_async(project_id=project_id, rows=rows)
-    return outcome
+    return samples_ingest(RESOURCE_SAMPLES, project_id=project_id, samples=samples)
 
 
 def engine_samples_ingest(*, project_id: int, samples: list[dict]) -> tuple[list[dict], list[dict]]:
-    """``POST /api/v1/engine_samples`` for a synchronous caller in this process (the embedded
-    server scraping engines): the same parser, writer and event. Returns (rows stored, rejected)."""
-    items = decode_envelope(msgspec.json.encode({"samples": samples}), EngineSamplesIn, name="samples")
-    rows, rejected = engine_samples_validate(items, project_id=project_id)
-    if rows:
-        get_writer().write("engine_samples", rows)
-        resources_notify(project_id=project_id, rows=rows)
-    return rows, rejected
+    return samples_ingest(ENGINE_SAMPLES, project_id=project_id, samples=samples)

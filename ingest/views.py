@@ -21,10 +21,9 @@ from config.fast_path import fast_path
 from .auth import authenticate_request_async
 from .http import ApiError, read_body
 from .ratelimit import limiter, retry_after_header
-from .schemas import (EngineSamplesIn, EnvelopeError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each,
-                      parse_spans)
-from .services import (engine_samples_store_async, engine_samples_validate, resource_samples_store_async,
-                       resource_samples_validate, traces_notify_async)
+from .schemas import EnvelopeError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each, parse_spans
+from .services import (ENGINE_SAMPLES, RESOURCE_SAMPLES, SampleKind, samples_store_async, samples_validate,
+                       traces_notify_async)
 from .spool import SpoolFull
 from .writer import Overloaded, get_writer
 
@@ -132,9 +131,7 @@ async def traces_ingest(request):
         return exc.response()
 
 
-@fast_path
-@csrf_exempt
-async def resources_ingest(request):
+async def _samples_endpoint(request, kind: SampleKind):
     try:
         key, _, body = await _begin(request, (JSON,))
         try:
@@ -142,9 +139,9 @@ async def resources_ingest(request):
         except EnvelopeError as exc:
             raise _envelope_error(exc, "samples") from None
         _admit(key, len(items), "samples")
-        rows, rejected = resource_samples_validate(items, project_id=key.project_id)
+        rows, rejected = samples_validate(kind, items, project_id=key.project_id)
         _all_rejected(rows, rejected, "samples")
-        await _stored(resource_samples_store_async(project_id=key.project_id, rows=rows))
+        await _stored(samples_store_async(kind, project_id=key.project_id, rows=rows))
         return JsonResponse({"accepted": len(rows), "rejected": rejected})
     except ApiError as exc:
         return exc.response()
@@ -152,20 +149,14 @@ async def resources_ingest(request):
 
 @fast_path
 @csrf_exempt
+async def resources_ingest(request):
+    return await _samples_endpoint(request, RESOURCE_SAMPLES)
+
+
+@fast_path
+@csrf_exempt
 async def engine_samples_ingest(request):
-    try:
-        key, _, body = await _begin(request, (JSON,))
-        try:
-            items = decode_envelope(body, EngineSamplesIn, name="samples")
-        except EnvelopeError as exc:
-            raise _envelope_error(exc, "samples") from None
-        _admit(key, len(items), "samples")
-        rows, rejected = engine_samples_validate(items, project_id=key.project_id)
-        _all_rejected(rows, rejected, "samples")
-        await _stored(engine_samples_store_async(project_id=key.project_id, rows=rows))
-        return JsonResponse({"accepted": len(rows), "rejected": rejected})
-    except ApiError as exc:
-        return exc.response()
+    return await _samples_endpoint(request, ENGINE_SAMPLES)
 
 
 # --- OTLP/HTTP --------------------------------------------------------------------------------
@@ -205,8 +196,8 @@ async def otlp_metrics(request):
         key, content_type, points = await _otlp_begin(request, otlp.decode_metrics, "data points")
         rows, rejected = otlp.resource_rows(points, project_id=key.project_id)
         engine_rows, engine_rejected = otlp.engine_rows(points, project_id=key.project_id)
-        await _stored(resource_samples_store_async(project_id=key.project_id, rows=rows))
-        await _stored(engine_samples_store_async(project_id=key.project_id, rows=engine_rows))
+        await _stored(samples_store_async(RESOURCE_SAMPLES, project_id=key.project_id, rows=rows))
+        await _stored(samples_store_async(ENGINE_SAMPLES, project_id=key.project_id, rows=engine_rows))
         rejected = sorted(rejected + engine_rejected, key=lambda r: r["index"])
         return _otlp_response(content_type, otlp.metrics_response(rejected))
     except ApiError as exc:
