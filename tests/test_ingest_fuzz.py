@@ -1,4 +1,4 @@
-"""Fuzzing the native ingest API (``/api/v1/traces``, ``/api/v1/resources``) from its own OpenAPI
+"""Fuzzing the native ingest API (``/api/v1/traces``, ``/api/v1/resources``, ``/api/v1/engine_samples``) from its own OpenAPI
 document (``/api/openapi.json``).
 
 Thousands of generated bad requests: schema-driven mutations of valid items (every property of the
@@ -91,6 +91,8 @@ class Endpoint:
             span = llm_trace()[variant % 5]
             span["trace_id"] = new_trace_id()
             return span
+        if self.schema == "EngineSample":
+            return good_engine_sample(variant)
         return good_sample()
 
     def item_id(self, item) -> str:
@@ -99,7 +101,18 @@ class Endpoint:
 
 SPANS = Endpoint("/api/v1/traces", "spans", "Span", "span", "spans", "trace_id")
 SAMPLES = Endpoint("/api/v1/resources", "samples", "ResourceSample", "sample", "resource_samples", "host")
-ENDPOINTS = [pytest.param(SPANS, id="traces"), pytest.param(SAMPLES, id="resources")]
+ENGINE_SAMPLES = Endpoint("/api/v1/engine_samples", "samples", "EngineSample", "sample", "engine_samples", "target")
+ENDPOINTS = [pytest.param(SPANS, id="traces"), pytest.param(SAMPLES, id="resources"),
+             pytest.param(ENGINE_SAMPLES, id="engines")]
+
+
+def good_engine_sample(variant: int = 0) -> dict:
+    """A gauge, a counter, a histogram bucket (finite and +Inf) or a histogram's sum."""
+    metric, extra = [("kv_cache_usage", {}), ("preemptions", {}), ("ttft_seconds", {"le": 0.25}),
+                     ("e2e_seconds", {"le": "+Inf"}), ("queue_seconds_sum", {})][variant % 5]
+    return {"time": time.time_ns() - 5 * 10**9, "host": "gpu-1", "engine": "vllm",
+            "target": f"fuzz-{secrets.token_hex(8)}", "model": "llama-3.1-8b", "metric": metric, "value": 42,
+            **extra}
 
 
 def good_sample() -> dict:
@@ -146,8 +159,7 @@ class Api:
         self.key = key
         self.doc = doc
         schemas = doc["components"]["schemas"]
-        self.properties = {"span": set(schemas["Span"]["properties"]),
-                           "sample": set(schemas["ResourceSample"]["properties"])}
+        self.properties = {name: set(schemas[name]["properties"]) for name in ("Span", "ResourceSample", "EngineSample")}
         self.requests = 0
 
     def batch(self, endpoint: Endpoint, items: list, **kwargs) -> Req:
@@ -211,7 +223,7 @@ class Api:
             assert isinstance(item["message"], str) and item["message"].strip(), "empty message" + where
             assert isinstance(item["field"], str) and item["field"], where
             root = re.match(r"[A-Za-z_][A-Za-z0-9_]*", item["field"])
-            assert root and (root.group() in self.properties[endpoint.kind] or item["field"] == endpoint.kind), \
+            assert root and (root.group() in self.properties[endpoint.schema] or item["field"] == endpoint.kind), \
                 f"rejected field {item['field']!r} is not a property of {endpoint.schema}" + where
 
 
@@ -575,12 +587,29 @@ def rule_mutations(endpoint: Endpoint) -> list:
             st.just(Mutation(("trace_id",), "zero", "0" * 32)),
             st.just(Mutation(("span_id",), "zero", "0" * 16)),
         ]
+    if endpoint is ENGINE_SAMPLES:
+        return [
+            st.text(min_size=1, max_size=64).filter(lambda m: m not in ENGINE_METRIC_NAMES).map(
+                lambda m: Mutation(("metric",), "unknown", m)),
+            st.floats(100.0, 1e15, exclude_min=True).map(
+                lambda v: Mutation(("value",), "kv-over-100", lambda item, v=v: v if item["metric"] == "kv_cache_usage"
+                                   else -1.0)),
+        ]
     return [
         st.integers(1, 2**40).map(lambda k: Mutation(("gpu_memory_used",), "over-total",
                                                      lambda item, k=k: item["gpu_memory_total"] + k)),
         st.integers(1, 2**40).map(lambda k: Mutation(("memory_used",), "over-total",
                                                      lambda item, k=k: item["memory_total"] + k)),
     ]
+
+
+def _engine_metric_names() -> set[str]:
+    from agent.engines import HISTOGRAM, METRICS, SUM_SUFFIX
+
+    return set(METRICS) | {m + SUM_SUFFIX for m, (kind, _) in METRICS.items() if kind == HISTOGRAM}
+
+
+ENGINE_METRIC_NAMES = _engine_metric_names()
 
 
 def with_items(endpoint: Endpoint, item: dict) -> dict:
