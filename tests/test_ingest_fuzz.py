@@ -779,7 +779,8 @@ def broken_requests(draw, endpoint: Endpoint):
         return Req(endpoint.path, valid, headers=headers, items=items), 401, None, False
     # "nan": JSON's forbidden numbers, where an item's number goes
     word = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e99999", "-0x10", "01", ".5", "1.", "+1"]))
-    text = json.dumps({endpoint.field: [{**items[0], "cost_usd": "@@", "cpu_percent": "@@"}]})
+    numbers = {"value": "@@"} if endpoint is ENGINE_SAMPLES else {"cost_usd": "@@", "cpu_percent": "@@"}
+    text = json.dumps({endpoint.field: [{**items[0], **numbers}]})
     return Req(endpoint.path, text.replace('"@@"', word).encode(), items=items), None, None, False
 
 
