@@ -17,7 +17,8 @@ Timing model of one chat completion (all knobs in :class:`SimulatorConfig`, per 
             -> one token every decode_ms_per_token * slowdown                       => last token
             -> slot released
 
-    TTFT = fixed queueing delay + slot wait + prefill
+    TTFT = fixed queueing delay + slot wait + prefill   (with the KV-cache model below, the wait is for
+           a slot and blocks, and a request preempted before its first token waits and prefills again)
     slowdown = 1 + load_slowdown * (active - 1) / capacity   (active = requests holding a slot, so a
                lone request decodes at the nominal speed and a full pool at 1 + load_slowdown)
 
@@ -33,7 +34,7 @@ KV-cache model (``kv_cache_blocks`` > 0; 0 = none, the model above exactly): eac
                          (plus the tokens it already generated, after a preemption) are free
     a new token that needs a new block with none free -> preempt the most recently admitted running
                          request (it may be the request itself): its blocks are freed, it goes back to
-                         the front of the queue, kv preemptions + 1 (vLLM's recompute preemption)
+                         the front of the queue, num_preemptions + 1 (vLLM's recompute preemption)
     re-admitted          -> prefill again over prompt + generated tokens, which yields its next token;
                          the tokens already streamed to the client are not sent again
 
@@ -215,7 +216,9 @@ class SimulatorConfig:
         """Completions per second that ``model``'s pool sustains with every slot busy: capacity /
         (prefill + (output_tokens - 1) decode intervals at a full pool's slowdown). The fixed
         queueing delay holds no slot, so it does not count; jitter has mean 1. The load tests'
-        known saturation point; ``inf`` for unlimited capacity or zero service time."""
+        known saturation point; ``inf`` for unlimited capacity or zero service time. The KV-cache
+        model, when on, may run fewer requests at once than the slots (blocks run out first): not
+        counted here."""
         p = self.profile(model)
         service_ms = p.prefill_ms + p.prefill_ms_per_token * prompt_tokens
         if output_tokens > 1:
