@@ -82,11 +82,13 @@ def main() -> int:
                 kv = sorted(100 * s[(model, "vllm:kv_cache_usage_perc")] for s in samples)
                 waiting = [s[(model, "vllm:num_requests_waiting")] for s in samples]
                 done = after[(model, "vllm:request_success_total")] - before[(model, "vllm:request_success_total")]
+                preempted = (after[(model, "vllm:num_preemptions_total")]
+                             - before[(model, "vllm:num_preemptions_total")])
                 rows.append([str(threads), model, f"{done / args.seconds:.1f}", f"{sum(kv) / len(kv):.0f}",
                              f"{percentile(kv, 50):.0f}", f"{percentile(kv, 90):.0f}", f"{kv[-1]:.0f}",
                              f"{100 * sum(k >= 90 for k in kv) / len(kv):.0f}",
                              f"{sum(waiting) / len(waiting):.2f} ({max(waiting):.0f})",
-                             f"{after[(model, 'vllm:num_preemptions_total')] - before[(model, 'vllm:num_preemptions_total')]:.0f}",
+                             f"{preempted:.0f}",
                              str(rejected)])
             deadline = time.monotonic() + 30
             while sim.stats()["in_flight"] and time.monotonic() < deadline:  # the next run starts idle
