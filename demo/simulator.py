@@ -1,10 +1,12 @@
-"""An OpenAI-compatible LLM simulator: a pure ASGI application (stdlib + asyncio), run by uvicorn.
+"""An OpenAI-compatible LLM simulator: a pure ASGI application (stdlib + asyncio; prometheus_client
+for /metrics), run by uvicorn.
 
 Endpoints
     POST /v1/chat/completions   chat completions, streamed (SSE) or not
     GET  /v1/models             the configured model names
     GET  /health                {"status": "ok"}
-    GET  /stats                 counters: requests, in_flight, queued, active, errors, tokens, ...
+    GET  /stats                 counters: requests, in_flight, queued, active, errors, tokens, kv_cache, ...
+    GET  /metrics               vLLM's (V1 engine) Prometheus metrics, per model (see "Engine metrics")
 
 Timing model of one chat completion (all knobs in :class:`SimulatorConfig`, per model in
 :class:`ModelProfile`)::
@@ -15,12 +17,35 @@ Timing model of one chat completion (all knobs in :class:`SimulatorConfig`, per 
             -> one token every decode_ms_per_token * slowdown                       => last token
             -> slot released
 
-    TTFT = fixed queueing delay + slot wait + prefill
+    TTFT = fixed queueing delay + slot wait + prefill   (with the KV-cache model below, the wait is for
+           a slot and blocks, and a request preempted before its first token waits and prefills again)
     slowdown = 1 + load_slowdown * (active - 1) / capacity   (active = requests holding a slot, so a
                lone request decodes at the nominal speed and a full pool at 1 + load_slowdown)
 
 Each model named in ``models`` has its own pool of ``capacity`` slots; every other model name
 shares the default pool.
+
+KV-cache model (``kv_cache_blocks`` > 0; 0 = none, the model above exactly): each pool also has
+``kv_cache_blocks`` blocks of ``kv_block_tokens`` tokens, as vLLM's paged KV cache does::
+
+    a running request holds ceil((prompt_tokens + tokens generated so far) / kv_block_tokens) blocks
+    waiting -> running   only in arrival order (the head of the queue holds back the rest, as vLLM's
+                         FCFS scheduler does), when a slot is free AND the blocks for its prompt
+                         (plus the tokens it already generated, after a preemption) are free
+    a new token that needs a new block with none free -> preempt the most recently admitted running
+                         request (it may be the request itself): its blocks are freed, it goes back to
+                         the front of the queue, num_preemptions + 1 (vLLM's recompute preemption)
+    re-admitted          -> prefill again over prompt + generated tokens, which yields its next token;
+                         the tokens already streamed to the client are not sent again
+
+    kv cache usage = used blocks / kv_cache_blocks
+    max context    = kv_cache_blocks * kv_block_tokens tokens: a request whose prompt plus max_tokens
+                     exceeds it gets vLLM's 400; a drawn output length is cut to fit (finish "length")
+
+A preemption admits nobody by itself (vLLM schedules no waiting request in a step that preempted):
+the next admission comes with the next request that finishes, leaves or arrives. Under this model
+the non-streamed path paces its tokens one by one too, each interval with its own jitter (blocks
+grow per token), instead of one draw for the whole decode.
 
 Every duration is multiplied by a lognormal noise factor with mean 1 and sigma ``jitter`` (0 = none).
 Prompt tokens are ``ceil(chars / 4)`` of the messages' text. Completion tokens are ``max_tokens``
@@ -31,6 +56,21 @@ otherwise drawn from a normal distribution clipped to [output_tokens_min, output
 Injected errors (``error_rate``, status picked from the ``error_mix`` weights) are answered at once,
 before queueing, as OpenAI-style JSON errors with the header ``x-sim-injected-error: 1``.
 ``max_queue`` (0 = unbounded) turns away requests with a 503 when that many already wait for a slot.
+
+Engine metrics (``GET /metrics``, Prometheus text format, one series per model with vLLM's labels
+``model_name`` and ``engine="0"``; vLLM's names, types and bucket boundaries, measured as vLLM does,
+in the simulator's own schedule, the "engine" time, which a client on a busy machine sees a little
+later): gauges ``vllm:num_requests_running`` (holding a slot), ``vllm:num_requests_waiting``
+(waiting for a slot or blocks, preempted ones too; not the fixed queueing delay, which is outside the
+engine), ``vllm:kv_cache_usage_perc`` (a fraction 0..1; 0 without the KV model); counters
+``vllm:num_preemptions``, ``vllm:prompt_tokens`` (a request's prompt once, at its first token),
+``vllm:generation_tokens``, ``vllm:request_success`` (label ``finished_reason``); histograms
+``vllm:time_to_first_token_seconds`` (arrival to first token, queueing included),
+``vllm:inter_token_latency_seconds`` (one per token after the first), and at the last token
+``vllm:e2e_request_latency_seconds`` (arrival to last token) and ``vllm:request_queue_time_seconds``
+(waiting before first scheduled). Injected errors, 400s and 503s never reach the engine and count
+nowhere; a client that leaves counts no success. Non-streamed replies without the KV model count
+their tokens when the reply is sent.
 
 Streamed responses send their headers together with the first token (so a client's time to headers
 is the TTFT too) and coalesce tokens that are already due into one write, so with zero delays a
@@ -43,6 +83,7 @@ Run it::
     python -m demo.simulator --port 8100 --prefill-ms 50 --decode-ms-per-token 20 --capacity 8
     python -m demo.simulator --port 8100 --instant            # every delay 0 (load tests)
     python -m demo.simulator --config sim.json                # SimulatorConfig.from_dict format
+    python -m demo.simulator --capacity 16 --kv-cache-blocks 64 --kv-block-tokens 16   # KV-cache model
 
 or in-process: ``with serve(SimulatorConfig.instant()) as sim: ... sim.url ...``.
 """
@@ -59,7 +100,10 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field, fields
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["ModelProfile", "SimulatorConfig", "SimulatorApp", "SimulatorServer", "create_app", "serve", "main"]
 
@@ -90,6 +134,8 @@ class ModelProfile:
     max_queue: int | None = None
     load_slowdown: float | None = None
     jitter: float | None = None
+    kv_cache_blocks: int | None = None
+    kv_block_tokens: int | None = None
 
 
 _PROFILE_FIELDS = tuple(f.name for f in fields(ModelProfile))
@@ -114,6 +160,8 @@ class SimulatorConfig:
     max_queue: int = 0                     # waiting requests beyond which a 503 is returned; 0 = unbounded
     load_slowdown: float = 0.5             # decode slowdown at a full pool (see module docstring)
     jitter: float = 0.1                    # lognormal sigma of the noise on every duration; 0 = exact
+    kv_cache_blocks: int = 0               # KV-cache blocks per pool (see module docstring); 0 = no KV model
+    kv_block_tokens: int = 16              # tokens per KV-cache block (vLLM's default block size)
     seed: int | None = None                # random seed (reproducible output lengths, texts, errors)
     default_model: str = "sim-gpt"         # listed by /v1/models beside ``models``
     models: dict[str, ModelProfile] = field(default_factory=dict)
@@ -168,7 +216,9 @@ class SimulatorConfig:
         """Completions per second that ``model``'s pool sustains with every slot busy: capacity /
         (prefill + (output_tokens - 1) decode intervals at a full pool's slowdown). The fixed
         queueing delay holds no slot, so it does not count; jitter has mean 1. The load tests'
-        known saturation point; ``inf`` for unlimited capacity or zero service time."""
+        known saturation point; ``inf`` for unlimited capacity or zero service time. The KV-cache
+        model, when on, may run fewer requests at once than the slots (blocks run out first): not
+        counted here."""
         p = self.profile(model)
         service_ms = p.prefill_ms + p.prefill_ms_per_token * prompt_tokens
         if output_tokens > 1:
@@ -201,9 +251,11 @@ def _validate(p: ModelProfile, model: str | None) -> None:
                  "load_slowdown", "jitter"):
         if not (isinstance(getattr(p, name), (int, float)) and getattr(p, name) >= 0):
             raise ValueError(f"{where}: {name} must be a number >= 0")
-    for name in ("capacity", "max_queue"):
+    for name in ("capacity", "max_queue", "kv_cache_blocks"):
         if not (isinstance(getattr(p, name), int) and getattr(p, name) >= 0):
             raise ValueError(f"{where}: {name} must be an integer >= 0")
+    if not (isinstance(p.kv_block_tokens, int) and p.kv_block_tokens >= 1):
+        raise ValueError(f"{where}: kv_block_tokens must be an integer >= 1")
     if not (isinstance(p.output_tokens_min, int) and isinstance(p.output_tokens_max, int)
             and 1 <= p.output_tokens_min <= p.output_tokens_max):
         raise ValueError(f"{where}: need 1 <= output_tokens_min <= output_tokens_max")
@@ -286,21 +338,226 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache
                 (b"x-accel-buffering", b"no")]
 
 
+# vLLM's bucket boundaries (vllm/v1/metrics/loggers.py, PrometheusStatLogger), so that percentiles an
+# engine dashboard reads from these histograms come out as they would from vLLM.
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+                80.0)
+_REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                            240.0, 480.0, 960.0, 1920.0, 7680.0)
+# vLLM creates one request_success series per finish reason up front (FINISH_REASON_STRINGS), so a
+# scraper sees them at 0 before the first request; the simulator only ever finishes with stop or length.
+_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+_ENGINE = "0"  # vLLM's ``engine`` label: the index of the engine core (one here)
+
+
+class _ModelMetrics:
+    """The series of one model name (bound children: the hot path does no label lookups)."""
+
+    __slots__ = ("ttft", "itl", "e2e", "queue", "prompt_tokens", "generation_tokens", "preemptions", "success")
+
+    def __init__(self, engine: _EngineMetrics, model: str):
+        labels = (model, _ENGINE)
+        self.ttft = engine.ttft.labels(*labels)
+        self.itl = engine.itl.labels(*labels)
+        self.e2e = engine.e2e.labels(*labels)
+        self.queue = engine.queue.labels(*labels)
+        self.prompt_tokens = engine.prompt_tokens.labels(*labels)
+        self.generation_tokens = engine.generation_tokens.labels(*labels)
+        self.preemptions = engine.preemptions.labels(*labels)
+        self.success = {reason: engine.success.labels(*labels, reason) for reason in _FINISH_REASONS}
+        for gauge in (engine.running, engine.waiting, engine.kv_usage):
+            gauge.labels(*labels)  # present (at 0) before the first scrape sets it
+
+    def finished(self, finish_reason: str, e2e: float, queue: float) -> None:
+        """A request's last token: vLLM records its success and its request-level latencies then."""
+        self.success[finish_reason].inc()
+        self.e2e.observe(max(0.0, e2e))
+        self.queue.observe(max(0.0, queue))
+
+
+class _EngineMetrics:
+    """vLLM's V1-engine metrics in the app's own registry: several simulators may run in one process
+    (tests), so never prometheus_client's global default registry."""
+
+    def __init__(self):
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        labels = ("model_name", "engine")
+        self.running = Gauge("vllm:num_requests_running", "Requests running: holding a slot (and KV-cache blocks).",
+                             labels, registry=registry)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled (preempted ones too).",
+                             labels, registry=registry)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage: used blocks / blocks; 1 means 100 percent.",
+                              labels, registry=registry)
+        self.preemptions = Counter("vllm:num_preemptions", "Cumulative number of preemptions.", labels,
+                                   registry=registry)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill (prompt) tokens processed.", labels,
+                                     registry=registry)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labels,
+                                         registry=registry)
+        self.success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                               (*labels, "finished_reason"), registry=registry)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token (from arrival) in seconds.",
+                              labels, buckets=_TTFT_BUCKETS, registry=registry)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency in seconds.", labels,
+                             buckets=_ITL_BUCKETS, registry=registry)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency in seconds.", labels,
+                             buckets=_REQUEST_LATENCY_BUCKETS, registry=registry)
+        self.queue = Histogram("vllm:request_queue_time_seconds", "Time spent waiting before first scheduled, in "
+                               "seconds.", labels, buckets=_REQUEST_LATENCY_BUCKETS, registry=registry)
+        self._models: dict[str, _ModelMetrics] = {}
+
+    def model(self, name: str) -> _ModelMetrics:
+        if name not in self._models:
+            self._models[name] = _ModelMetrics(self, name)
+        return self._models[name]
+
+    def render(self, pools) -> bytes:
+        """The exposition, gauges read from the pools now (two pools may share a model name: the
+        default one serves every unlisted name under ``default_model``)."""
+        totals: dict[str, list[int]] = {}
+        for pool in pools:
+            t = totals.setdefault(pool.model_name, [0, 0, 0, 0])
+            t[0] += pool.active
+            t[1] += pool.waiting
+            t[2] += pool.used
+            t[3] += pool.blocks
+        for name, (running, waiting, used, blocks) in totals.items():
+            self.running.labels(name, _ENGINE).set(running)
+            self.waiting.labels(name, _ENGINE).set(waiting)
+            self.kv_usage.labels(name, _ENGINE).set(used / blocks if blocks else 0.0)
+        return generate_latest(self.registry)
+
+
+class _Seq:
+    """A request in a pool with a KV cache: its tokens, the blocks it holds, and whether it runs."""
+
+    __slots__ = ("prompt_tokens", "generated", "blocks", "running", "ready", "admissions", "admitted_loop",
+                 "admitted_perf", "gone")
+
+    def __init__(self, prompt_tokens: int):
+        self.prompt_tokens = prompt_tokens
+        self.generated = 0           # tokens generated so far (and sent, when streamed)
+        self.blocks = 0              # KV-cache blocks held (0 while waiting)
+        self.running = False
+        self.ready: asyncio.Future | None = None  # resolved when admitted; a new one after each preemption
+        self.admissions = 0          # times admitted: a sleeping decode loop notices it was preempted
+        self.admitted_loop = self.admitted_perf = 0.0  # the last admission, on the loop's clock and perf_counter
+        self.gone = False
+
+
 class _Pool:
-    """The slots of one model (or of every model without its own profile)."""
+    """The slots of one model (or of every model without its own profile), and its KV-cache blocks.
 
-    __slots__ = ("capacity", "max_queue", "sem", "active", "waiting")
+    Without a KV cache (``blocks`` 0) a semaphore hands out the slots. With one, :meth:`kv_admit`
+    schedules: strict arrival order, a slot and the blocks for the prompt free; :meth:`kv_grow` gives
+    a decoding request its next block, preempting the newest running request when none is free."""
 
-    def __init__(self, capacity: int, max_queue: int):
+    __slots__ = ("capacity", "max_queue", "sem", "active", "waiting", "model_name", "metrics", "blocks",
+                 "block_tokens", "used", "running", "queue", "preemptions", "loop")
+
+    def __init__(self, capacity: int, max_queue: int, model_name: str, metrics: _ModelMetrics, blocks: int = 0,
+                 block_tokens: int = 16):
         self.capacity, self.max_queue = capacity, max_queue
+        self.model_name, self.metrics = model_name, metrics
+        self.blocks, self.block_tokens = blocks, block_tokens
         self.sem: asyncio.Semaphore | None = None
-        self.active = 0
-        self.waiting = 0
+        self.active = 0                  # requests holding a slot (running)
+        self.waiting = 0                 # requests waiting for a slot (or blocks)
+        self.used = 0                    # KV-cache blocks held by running requests
+        self.running: list[_Seq] = []    # KV model: running requests in the order they were (re)admitted
+        self.queue: deque[_Seq] = deque()  # KV model: waiting requests, the next to admit first
+        self.preemptions = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
 
-    def reset(self):
+    def reset(self, loop: asyncio.AbstractEventLoop):
         # Semaphores bind to the event loop that first uses them: a fresh one per server start.
-        self.sem = asyncio.Semaphore(self.capacity) if self.capacity else None
-        self.active = self.waiting = 0
+        self.sem = asyncio.Semaphore(self.capacity) if self.capacity and not self.blocks else None
+        self.active = self.waiting = self.used = 0
+        self.running, self.queue, self.loop = [], deque(), loop
+
+    @property
+    def max_context(self) -> int:
+        """Tokens a single request may have (prompt + output): the whole KV cache, as vLLM's
+        max_model_len may be at most."""
+        return self.blocks * self.block_tokens
+
+    def kv_enqueue(self, seq: _Seq) -> None:
+        seq.ready = self.loop.create_future()
+        self.queue.append(seq)
+        self.waiting += 1
+        self.kv_admit()
+
+    def kv_admit(self) -> None:
+        """Admit waiting requests in order while a slot and the blocks for the head's tokens are free
+        (vLLM's FCFS scheduler: the head of the queue holds back those behind it)."""
+        queue, bt = self.queue, self.block_tokens
+        while queue:
+            if self.capacity and self.active >= self.capacity:
+                return
+            seq = queue[0]
+            need = -(-(seq.prompt_tokens + seq.generated) // bt)
+            if self.used + need > self.blocks:
+                return
+            queue.popleft()
+            self.waiting -= 1
+            self.used += need
+            seq.blocks = need
+            self.running.append(seq)
+            self.active += 1
+            seq.running = True
+            seq.admissions += 1
+            seq.admitted_loop, seq.admitted_perf = self.loop.time(), time.perf_counter()
+            if not seq.ready.done():
+                seq.ready.set_result(None)
+
+    def kv_grow(self, seq: _Seq) -> bool:
+        """Blocks for ``seq``'s next token; False when it had to preempt ``seq`` itself to find none."""
+        need = -(-(seq.prompt_tokens + seq.generated + 1) // self.block_tokens)
+        extra = need - seq.blocks
+        if extra <= 0:
+            return True
+        while self.used + extra > self.blocks:
+            victim = self.running[-1]  # the most recently admitted (vLLM's FCFS preemption order)
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        self.used += extra
+        seq.blocks = need
+        return True
+
+    def _preempt(self, seq: _Seq) -> None:
+        """vLLM's recompute preemption: the blocks are freed, the request waits at the front."""
+        self.running.remove(seq)
+        self.active -= 1
+        self.used -= seq.blocks
+        seq.blocks = 0
+        seq.running = False
+        seq.ready = self.loop.create_future()
+        self.queue.appendleft(seq)
+        self.waiting += 1
+        self.preemptions += 1
+        self.metrics.preemptions.inc()
+
+    def kv_leave(self, seq: _Seq) -> None:
+        """``seq`` is finished or gone: its slot and blocks go to the next in line (idempotent)."""
+        if seq.gone:
+            return
+        seq.gone = True
+        if seq.running:
+            self.running.remove(seq)
+            self.active -= 1
+            self.used -= seq.blocks
+            seq.blocks = 0
+            seq.running = False
+        elif seq.ready is not None:
+            try:
+                self.queue.remove(seq)
+                self.waiting -= 1
+            except ValueError:
+                pass
+        self.kv_admit()
 
 
 class _Stats:
@@ -358,8 +615,9 @@ class SimulatorApp:
         self._corpus = _build_corpus(config.seed)
         self._profiles: dict[str, ModelProfile] = {name: config.profile(name) for name in config.models}
         self._default_profile = config.profile(None)
-        self._default_pool = _Pool(self._default_profile.capacity, self._default_profile.max_queue)
-        self._pools = {name: _Pool(p.capacity, p.max_queue) for name, p in self._profiles.items()}
+        self._engine = _EngineMetrics()
+        self._default_pool = self._new_pool(config.default_model, self._default_profile)
+        self._pools = {name: self._new_pool(name, p) for name, p in self._profiles.items()}
         self._known_models = set(config.model_names())
         self._stats = _Stats()
         self._id_prefix = "chatcmpl-sim" + os.urandom(4).hex()
@@ -368,6 +626,10 @@ class SimulatorApp:
             {"id": name, "object": "model", "created": int(self._stats.started), "owned_by": "tracedash-simulator"}
             for name in config.model_names()]}).encode()
         self._loop = None
+
+    def _new_pool(self, model: str, profile: ModelProfile) -> _Pool:
+        return _Pool(profile.capacity, profile.max_queue, model, self._engine.model(model), profile.kv_cache_blocks,
+                     profile.kv_block_tokens)
 
     # ---- ASGI entry
 
@@ -393,7 +655,7 @@ class SimulatorApp:
     def _bind_loop(self, loop):
         self._loop = loop
         for pool in (self._default_pool, *self._pools.values()):
-            pool.reset()
+            pool.reset(loop)
 
     async def _http(self, scope, receive, send):
         path, method = scope["path"], scope["method"]
@@ -402,7 +664,7 @@ class SimulatorApp:
                 return await _send_json(send, 405, _error_body(405, "Method not allowed; use POST."))
             return await self._chat(receive, send)
         if method not in ("GET", "HEAD"):
-            if path in ("/v1/models", "/health", "/stats"):
+            if path in ("/v1/models", "/health", "/stats", "/metrics"):
                 return await _send_json(send, 405, _error_body(405, "Method not allowed; use GET."))
         elif path == "/health":
             return await _send_json(send, 200, b'{"status":"ok"}')
@@ -410,11 +672,21 @@ class SimulatorApp:
             return await _send_json(send, 200, self._models_body)
         elif path == "/stats":
             return await _send_json(send, 200, json.dumps(self.stats()).encode())
+        elif path == "/metrics":
+            body = self.metrics()
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", CONTENT_TYPE_LATEST.encode()), (b"content-length", str(len(body)).encode())]})
+            return await send({"type": "http.response.body", "body": body})
         await _send_json(send, 404, _error_body(404, f"Unknown path {path}.", code="unknown_url"))
+
+    def metrics(self) -> bytes:
+        """The Prometheus exposition that ``GET /metrics`` serves."""
+        return self._engine.render((self._default_pool, *self._pools.values()))
 
     def stats(self) -> dict:
         s = self._stats
         pools = (self._default_pool, *self._pools.values())
+        blocks, used = sum(p.blocks for p in pools), sum(p.used for p in pools)
         return {
             "requests": s.requests,
             "in_flight": s.in_flight,
@@ -428,6 +700,8 @@ class SimulatorApp:
             "disconnects": s.disconnects,
             "tokens": {"prompt": s.prompt_tokens, "completion": s.completion_tokens,
                        "total": s.prompt_tokens + s.completion_tokens},
+            "kv_cache": {"blocks": blocks, "used": used, "usage": round(used / blocks, 4) if blocks else 0.0},
+            "preemptions": sum(p.preemptions for p in pools),
             "uptime_s": round(time.time() - s.started, 3),
         }
 
@@ -456,14 +730,26 @@ class SimulatorApp:
 
         profile = self._profiles.get(request.model, self._default_profile)
         pool = self._pools.get(request.model, self._default_pool)
+        if pool.blocks:
+            # vLLM's check (max_model_len, at most what the KV cache holds): prompt + max_tokens must fit.
+            limit, wanted = pool.max_context, request.prompt_tokens + (request.max_tokens or 1)
+            if wanted > limit:
+                stats.rejected += 1
+                return await _send_json(send, 400, _error_body(400, (
+                    f"This model's maximum context length is {limit} tokens. However, you requested {wanted} tokens "
+                    f"({request.prompt_tokens} in the messages, {wanted - request.prompt_tokens} in the completion). "
+                    "Please reduce the length of the messages or completion."), param="messages"))
         rng = self.rng
         if profile.error_rate and rng.random() < profile.error_rate:
             status = rng.choices(list(profile.error_mix), weights=list(profile.error_mix.values()))[0]
             return await self._inject_error(send, status)
-        if pool.max_queue and pool.sem is not None and pool.sem.locked() and pool.waiting >= pool.max_queue:
+        if pool.max_queue and pool.waiting >= pool.max_queue and (pool.blocks or (pool.sem is not None
+                                                                                   and pool.sem.locked())):
             return await self._inject_error(send, 503, injected=False)
 
         n, finish_reason = self._completion_length(profile, request.max_tokens)
+        if pool.blocks and request.prompt_tokens + n > pool.max_context:
+            n, finish_reason = pool.max_context - request.prompt_tokens, "length"  # as vLLM stops at max_model_len
         jitter = profile.jitter
         queue_delay = profile.queue_delay_ms / 1000.0
         prefill = (profile.prefill_ms + profile.prefill_ms_per_token * request.prompt_tokens) / 1000.0
@@ -474,34 +760,48 @@ class SimulatorApp:
         t0 = time.perf_counter()  # headers report perf_counter spans (uvloop's clock has 1 ms steps)
         stats.in_flight += 1
         stats.prompt_tokens += request.prompt_tokens
-        # Only requests that will wait for something get a disconnect watcher (an extra task each).
-        watch = (_Disconnect(receive) if queue_delay + prefill + (n - 1) * profile.decode_ms_per_token / 1000.0 > 0.02
+        # Only requests that will wait for something get a disconnect watcher (an extra task each); under
+        # the KV model any request may be preempted and wait, so every one does.
+        watch = (_Disconnect(receive) if pool.blocks
+                 or queue_delay + prefill + (n - 1) * profile.decode_ms_per_token / 1000.0 > 0.02
                  or (pool.sem is not None and pool.sem.locked()) else None)
         acquired = False
+        seq = None
         try:
             if queue_delay:
                 await asyncio.sleep(queue_delay)
             t_queue = time.perf_counter()
-            if pool.sem is not None:
-                if pool.sem.locked():
-                    pool.waiting += 1
-                    try:
-                        await pool.sem.acquire()
-                    finally:
-                        pool.waiting -= 1
-                else:
-                    await pool.sem.acquire()
-            acquired = True
-            pool.active += 1
-            t_slot = time.perf_counter()
-            t_first = loop.time() + prefill
-            timing = [(b"x-sim-ttft-ms", b"%.1f" % ((t_slot - t0 + prefill) * 1000.0)),
-                      (b"x-sim-queue-ms", b"%.1f" % ((t_slot - t_queue) * 1000.0))]
-            if request.stream:
-                stats.streamed += 1
-                await self._stream(send, request, profile, pool, n, finish_reason, t_first, timing, watch)
+            if pool.blocks:
+                if request.stream:
+                    stats.streamed += 1
+                seq = _Seq(request.prompt_tokens)
+                await self._generate_kv(send, request, profile, pool, seq, n, finish_reason, prefill, t0, t_queue,
+                                        watch)
             else:
-                await self._complete(send, request, profile, pool, n, finish_reason, t_first, timing, watch)
+                if pool.sem is not None:
+                    if pool.sem.locked():
+                        pool.waiting += 1
+                        try:
+                            await pool.sem.acquire()
+                        finally:
+                            pool.waiting -= 1
+                    else:
+                        await pool.sem.acquire()
+                acquired = True
+                pool.active += 1
+                t_slot = time.perf_counter()
+                l_slot = loop.time()
+                t_first = l_slot + prefill
+                origin = l_slot - (t_slot - t0)  # the arrival on the loop's clock: engine times are spans from it
+                timing = [(b"x-sim-ttft-ms", b"%.1f" % ((t_slot - t0 + prefill) * 1000.0)),
+                          (b"x-sim-queue-ms", b"%.1f" % ((t_slot - t_queue) * 1000.0))]
+                if request.stream:
+                    stats.streamed += 1
+                    await self._stream(send, request, profile, pool, n, finish_reason, t_first, origin,
+                                       t_slot - t_queue, timing, watch)
+                else:
+                    await self._complete(send, request, profile, pool, n, finish_reason, t_first, origin,
+                                         t_slot - t_queue, timing, watch)
             stats.completed += 1
         except asyncio.CancelledError:
             if watch is None or not watch.fired:
@@ -511,6 +811,8 @@ class SimulatorApp:
         finally:
             if watch is not None:
                 watch.close()
+            if seq is not None:
+                pool.kv_leave(seq)
             if acquired:
                 pool.active -= 1
                 if pool.sem is not None:
@@ -611,7 +913,19 @@ class SimulatorApp:
             headers.append((b"retry-after", b"1"))
         await _send_json(send, status, _error_body(status), headers)
 
-    async def _complete(self, send, request, profile, pool, n, finish_reason, t_first, timing, watch):
+    def _completion_body(self, request: _Request, n: int, finish_reason: str) -> bytes:
+        tokens = self._tokens(n)
+        text = "".join(t for t, _ in tokens).lstrip()
+        return json.dumps({
+            "id": self._new_id(), "object": "chat.completion", "created": int(time.time()), "model": request.model,
+            "system_fingerprint": "fp_sim",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                         "logprobs": None, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": request.prompt_tokens, "completion_tokens": n,
+                      "total_tokens": request.prompt_tokens + n},
+        }).encode()
+
+    async def _complete(self, send, request, profile, pool, n, finish_reason, t_first, origin, queue_s, timing, watch):
         loop = self._loop
         decode = 0.0
         if n > 1 and profile.decode_ms_per_token:
@@ -624,42 +938,43 @@ class SimulatorApp:
         delay = t_first + decode - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        tokens = self._tokens(n)
-        text = "".join(t for t, _ in tokens).lstrip()
+        body = self._completion_body(request, n, finish_reason)
         self._stats.completion_tokens += n
-        body = json.dumps({
-            "id": self._new_id(), "object": "chat.completion", "created": int(time.time()), "model": request.model,
-            "system_fingerprint": "fp_sim",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                         "logprobs": None, "finish_reason": finish_reason}],
-            "usage": {"prompt_tokens": request.prompt_tokens, "completion_tokens": n,
-                      "total_tokens": request.prompt_tokens + n},
-        }).encode()
+        # Counted now, when the reply is sent (nothing woke up at each token in between).
+        m = pool.metrics
+        m.ttft.observe(t_first - origin)
+        m.prompt_tokens.inc(request.prompt_tokens)
+        m.generation_tokens.inc(n)
+        if n > 1:
+            observe, gap = m.itl.observe, decode / (n - 1)
+            for _ in range(n - 1):
+                observe(gap)
+        m.finished(finish_reason, t_first + decode - origin, queue_s)
         if watch is not None:
             watch.done = True
         await _send_json(send, 200, body, timing)
 
-    async def _stream(self, send, request, profile, pool, n, finish_reason, t_first, timing, watch):
+    async def _stream(self, send, request, profile, pool, n, finish_reason, t_first, origin, queue_s, timing, watch):
         loop = self._loop
         stats = self._stats
+        m = pool.metrics
         delay = t_first - loop.time()
         while delay > _DUE_SLACK_S:
             await asyncio.sleep(delay)
             delay = t_first - loop.time()
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + timing})
 
-        head = (b'data: {"id":"' + self._new_id().encode() + b'","object":"chat.completion.chunk","created":'
-                + str(int(time.time())).encode() + b',"model":' + json.dumps(request.model).encode()
-                + b',"system_fingerprint":"fp_sim","choices":[')
-        tail = b',"usage":null}\n\n' if request.include_usage else b"}\n\n"
-        prefix = head + b'{"index":0,"delta":{"content":'
-        suffix = b'},"logprobs":null,"finish_reason":null}]' + tail
-        parts = [head + b'{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,'
-                 b'"finish_reason":null}]' + tail]
+        chunks = _Chunks(self._new_id(), request)
+        parts = [chunks.opening()]
         tokens = self._tokens(n)
         first = json.dumps(tokens[0][0].lstrip()).encode()
+        prefix, suffix = chunks.prefix, chunks.suffix
+        m.ttft.observe(t_first - origin)
+        m.prompt_tokens.inc(request.prompt_tokens)
+        itl = m.itl.observe
         decode = profile.decode_ms_per_token
         due = t_first
+        gap = 0.0
         i = 0
         while True:
             now = loop.time()
@@ -669,24 +984,140 @@ class SimulatorApp:
             sent = i
             while i < n and due - now <= _DUE_SLACK_S:
                 parts.append(prefix + (first if i == 0 else tokens[i][1]) + suffix)
+                if i:
+                    itl(gap)
                 i += 1
                 if decode and i < n:
-                    due += self._interval(profile, pool)
+                    gap = self._interval(profile, pool)
+                    due += gap
             stats.completion_tokens += i - sent
+            m.generation_tokens.inc(i - sent)
             if i < n:
                 await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
                 parts = []
                 continue
-            parts.append(head + b'{"index":0,"delta":{},"logprobs":null,"finish_reason":"'
-                         + finish_reason.encode() + b'"}]' + tail)
-            if request.include_usage:
-                parts.append(head + b'],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}\n\n'
-                             % (request.prompt_tokens, n, request.prompt_tokens + n))
-            parts.append(b"data: [DONE]\n\n")
+            m.finished(finish_reason, due - origin, queue_s)
+            parts.extend(chunks.closing(finish_reason, n))
             if watch is not None:
                 watch.done = True
             await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
             return
+
+    async def _generate_kv(self, send, request, profile, pool, seq, n, finish_reason, prefill, t0, t_queue, watch):
+        """One completion under the KV-cache model (module docstring): wait to be admitted, prefill,
+        then one token at a time, each new block taken from the free ones or by preempting. A stream
+        sends its tokens as they come, coalescing those already due like :meth:`_stream`; preempted,
+        it sends what it has and waits to be admitted again, then pays prefill over prompt + generated
+        tokens. ``prefill`` is the first prefill's duration (jitter drawn); re-prefills draw their own."""
+        loop = self._loop
+        stats = self._stats
+        m = pool.metrics
+        itl = m.itl.observe
+        decode = profile.decode_ms_per_token
+        chunks = tokens = first = None
+        parts: list[bytes] = []
+        started = False
+        timing: list = []
+        queue_s = None
+        origin = last = 0.0
+        pool.kv_enqueue(seq)
+        while True:
+            while not seq.running:
+                await seq.ready
+            epoch = seq.admissions
+            origin = seq.admitted_loop - (seq.admitted_perf - t0)  # the arrival on the loop's clock
+            if queue_s is None:
+                queue_s = seq.admitted_perf - t_queue
+            else:  # a re-admission after a preemption: recompute prompt + generated tokens
+                prefill = (profile.prefill_ms + profile.prefill_ms_per_token * (seq.prompt_tokens + seq.generated)
+                           ) / 1000.0
+                if profile.jitter:
+                    prefill *= self._noise(profile.jitter)
+            due = seq.admitted_loop + prefill
+            while seq.running and seq.admissions == epoch and seq.generated < n:
+                now = loop.time()
+                if due - now > _DUE_SLACK_S:
+                    if parts:
+                        started = await self._flush(send, parts, started, timing)
+                        parts = []
+                    else:
+                        await asyncio.sleep(due - now)
+                    continue  # the state may have changed meanwhile: preempted, or preempted and re-admitted
+                if not pool.kv_grow(seq):
+                    break  # no block for this token, and the newest request was this one: it waits again
+                i = seq.generated
+                seq.generated = i + 1
+                if i == 0:
+                    m.ttft.observe(max(0.0, due - origin))
+                    m.prompt_tokens.inc(seq.prompt_tokens)
+                    timing = [(b"x-sim-ttft-ms", b"%.1f" % ((due - origin) * 1000.0)),
+                              (b"x-sim-queue-ms", b"%.1f" % (queue_s * 1000.0))]
+                    if request.stream:
+                        chunks = _Chunks(self._new_id(), request)
+                        parts.append(chunks.opening())
+                        tokens = self._tokens(n)
+                        first = json.dumps(tokens[0][0].lstrip()).encode()
+                else:
+                    itl(due - last)
+                last = due
+                stats.completion_tokens += 1
+                m.generation_tokens.inc()
+                if chunks is not None:
+                    parts.append(chunks.prefix + (first if i == 0 else tokens[i][1]) + chunks.suffix)
+                if decode and i + 1 < n:
+                    due += self._interval(profile, pool)
+            if seq.generated >= n:
+                break
+            if parts:  # preempted: out goes what it generated before waiting
+                started = await self._flush(send, parts, started, timing)
+                parts = []
+        pool.kv_leave(seq)  # the engine is done with it: its slot and blocks go to the next in line
+        m.finished(finish_reason, last - origin, queue_s)
+        if watch is not None:
+            watch.done = True
+        if request.stream:
+            parts.extend(chunks.closing(finish_reason, n))
+            if not started:
+                await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + timing})
+            await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
+        else:
+            await _send_json(send, 200, self._completion_body(request, n, finish_reason), timing)
+
+    @staticmethod
+    async def _flush(send, parts: list[bytes], started: bool, timing: list) -> bool:
+        """Send a stream's pending chunks (its headers first, with the first ones); True: started."""
+        if not started:
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + timing})
+        await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+        return True
+
+
+class _Chunks:
+    """The SSE framing of one streamed completion, built once so that a token costs one concatenation."""
+
+    __slots__ = ("head", "tail", "prefix", "suffix", "include_usage", "prompt_tokens")
+
+    def __init__(self, completion_id: str, request: _Request):
+        self.head = (b'data: {"id":"' + completion_id.encode() + b'","object":"chat.completion.chunk","created":'
+                     + str(int(time.time())).encode() + b',"model":' + json.dumps(request.model).encode()
+                     + b',"system_fingerprint":"fp_sim","choices":[')
+        self.tail = b',"usage":null}\n\n' if request.include_usage else b"}\n\n"
+        self.prefix = self.head + b'{"index":0,"delta":{"content":'
+        self.suffix = b'},"logprobs":null,"finish_reason":null}]' + self.tail
+        self.include_usage, self.prompt_tokens = request.include_usage, request.prompt_tokens
+
+    def opening(self) -> bytes:
+        return (self.head + b'{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,'
+                b'"finish_reason":null}]' + self.tail)
+
+    def closing(self, finish_reason: str, n: int) -> list[bytes]:
+        parts = [self.head + b'{"index":0,"delta":{},"logprobs":null,"finish_reason":"' + finish_reason.encode()
+                 + b'"}]' + self.tail]
+        if self.include_usage:
+            parts.append(self.head + b'],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}\n\n'
+                         % (self.prompt_tokens, n, self.prompt_tokens + n))
+        parts.append(b"data: [DONE]\n\n")
+        return parts
 
 
 async def _send_json(send, status: int, body: bytes, extra_headers=()):
@@ -810,6 +1241,9 @@ _HELP = {
     "max_queue": "requests waiting for a slot beyond which a 503 is returned (0 = unbounded)",
     "load_slowdown": "decode slowdown at a full pool: decode *= 1 + this * (active - 1) / capacity",
     "jitter": "lognormal sigma of the noise on every duration (0 = exact)",
+    "kv_cache_blocks": "KV-cache blocks per model pool: a running request holds ceil((prompt + generated) / "
+                       "block tokens) of them; none free -> the newest request is preempted (0 = no KV model)",
+    "kv_block_tokens": "tokens per KV-cache block",
     "seed": "random seed", "default_model": "model name listed by /v1/models",
     "strict_models": "404 for unknown model names",
 }

@@ -58,7 +58,7 @@ def call(port: int, method: str, path: str, payload=None, *, raw: bytes | None =
         conn.request(method, path, body=body, headers={"content-type": "application/json"} if body is not None else {})
         response = conn.getresponse()
         reply = Reply(response.status, {k.lower(): v for k, v in response.getheaders()})
-        if not stream:
+        if not stream or response.status != 200:  # errors are JSON, streamed requests' too
             reply.body = response.read()
         else:
             expect_blank = False
