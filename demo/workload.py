@@ -33,7 +33,8 @@ MODELS = {"gpt-4o-mini": (0.15, 0.60), "llama-3.1-70b": (0.59, 0.79), "claude-ha
 
 
 def simulator_config(seed: int | None = None) -> SimulatorConfig:
-    """Three models with different speeds; the 70B one is slower, has less capacity and fails more.
+    """Three models with different speeds; the 70B one is slower, has less capacity and fails more;
+    each has a vLLM-like KV cache the simulator's ``/metrics`` reports.
 
     The speeds keep the demo's P95 end-to-end latency near one second, under the default alert
     rule's 1500 ms (the demo shows a healthy service: its traffic must not page anyone)."""
@@ -41,6 +42,10 @@ def simulator_config(seed: int | None = None) -> SimulatorConfig:
         seed=seed, queue_delay_ms=10, prefill_ms=60, prefill_ms_per_token=0.2, decode_ms_per_token=6,
         output_tokens_mean=60, output_tokens_std=25, output_tokens_max=200, max_tokens_mode="cap",
         error_rate=0.03, capacity=16, jitter=0.25, default_model="gpt-4o-mini",
+        # A paged KV cache of 16 blocks x 16 tokens per model (bench/demo_kv.py): the demo's normal load
+        # fills it now and then (the Engines page shows it move), twice the load keeps it near full with
+        # waiting requests and preemptions.
+        kv_cache_blocks=16, kv_block_tokens=16,
         models={
             "llama-3.1-70b": ModelProfile(prefill_ms=150, decode_ms_per_token=8, capacity=4, error_rate=0.08),
             "claude-haiku": ModelProfile(prefill_ms=90, decode_ms_per_token=8),
