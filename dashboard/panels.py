@@ -241,6 +241,18 @@ def _instance_lines(series: EngineSeries, fig: Fig, values, *, suffix: str = "",
     return drawn
 
 
+def _runs(flags: list[bool]) -> list[list[int]]:
+    """The index runs where ``flags`` holds: [F, T, T, F, T] -> [[1, 2], [4]]."""
+    runs: list[list[int]] = []
+    for j, flag in enumerate(flags):
+        if flag:
+            if runs and runs[-1][-1] == j - 1:
+                runs[-1].append(j)
+            else:
+                runs.append([j])
+    return runs
+
+
 def _latency_gap_figure(series: EngineSeries, app: dict[str, WindowSeries], *, histogram: str, pick, title: str,
                         what: str, bound: str, sort: str) -> dict:
     """Engine-side P95 of ``histogram`` per instance, the app-side P95 (``pick`` of the traces'
@@ -259,15 +271,17 @@ def _latency_gap_figure(series: EngineSeries, app: dict[str, WindowSeries], *, h
         key = app_side_key(inst.instance, app)
         app_values = app_side_values(series, app.get(key), pick)
         _line(fig, x=x, y=engine, name=f"engine {what} P95 · {label}", line={"color": color})
-        both = [e is not None and a is not None for e, a in zip(engine, app_values)]
-        fig.add_scatter(x=x, y=[e if ok else None for e, ok in zip(engine, both)], name=f"engine {what} P95 · {label}",
-                        mode="lines", line={"width": 0, "color": color}, showlegend=False, hoverinfo="skip",
-                        connectgaps=False)
-        gap = [round(a - e, 3) if ok else None for e, a, ok in zip(engine, app_values, both)]
-        fig.add_scatter(x=x, y=[a if ok else None for a, ok in zip(app_values, both)],
-                        name=f"outside the engine · {label}", mode="lines", fill="tonexty",
-                        fillcolor=_rgba(color, 0.22), line={"width": 0, "color": color}, connectgaps=False,
-                        text=gap, hovertemplate="%{fullData.name}: %{text:,.1f} ms<extra></extra>", showlegend=True)
+        # One band per run of buckets where both lines have a value: plotly joins a filled trace's
+        # pieces across its gaps, and a gap is a missing sample, never something to shade.
+        for n, run in enumerate(_runs([e is not None and a is not None for e, a in zip(engine, app_values)])):
+            times = [x[j] for j in run]
+            fig.add_scatter(x=times, y=[engine[j] for j in run], name=f"band edge · {label}", mode="lines",
+                            line={"width": 0, "color": color}, showlegend=False, hoverinfo="skip",
+                            legendgroup=f"gap-{what}-{i}")
+            fig.add_scatter(x=times, y=[app_values[j] for j in run], name=f"outside the engine · {label}",
+                            mode="lines", fill="tonexty", fillcolor=_rgba(color, 0.22), line={"width": 0, "color": color},
+                            text=[round(app_values[j] - engine[j], 3) for j in run], showlegend=n == 0,
+                            legendgroup=f"gap-{what}-{i}", hovertemplate="%{fullData.name}: %{text:,.1f} ms<extra></extra>")
         if key not in drawn_app and any(v is not None for v in app_values):
             drawn_app.add(key)
             scope = f"traces of {plotly_text(key)}" if key else "all traces"

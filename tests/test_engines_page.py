@@ -135,6 +135,11 @@ def test_engine_and_app_side_latency_with_the_band_between_them(client, make_use
     other, _ = project_with_key(members=[bob])
     start, end, t, k = _window()
     _seed(mine.pk, t, other_project_id=other.pk)
+    # Two points later (none between): 10 more first tokens in (0.1, 0.5] s, and two llama requests.
+    get_store().insert("engine_samples", _histogram(mine.pk, t + timedelta(seconds=25), "ttft_seconds", [0, 20, 20, 20], 6.0),
+                       tag="tests.engines_page")
+    get_store().insert("traces", [_trace(mine.pk, 20 + i, t + timedelta(seconds=21 + i), model="llama", ttft_ms=ttft,
+                                         e2e_ms=1000) for i, ttft in enumerate((650, 750))], tag="tests.engines_page")
     client.force_login(alice)
     body = client.get("/engines/series.json" + _query(start, end)).json()
     assert body["step_seconds"] == 10 and body["times"][k] == t.isoformat()
@@ -161,25 +166,35 @@ def test_engine_and_app_side_latency_with_the_band_between_them(client, make_use
     assert sglang["values"]["app_ttft_p95_ms"][k] == 5000.0
     assert sglang["values"]["ttft_p95_ms"][k] == pytest.approx(500 + 500 * 3.8 / 4)  # 975 ms
 
+    assert v["ttft_p95_ms"][k + 1] is None and v["ttft_p95_ms"][k + 2] == pytest.approx(480.0)
+    assert v["app_ttft_p95_ms"][k + 2] == 750.0
+
     ttft = _traces(body["figures"]["fig-engine-ttft"])
     engine_line = ttft[f"engine TTFT P95 · vllm · {GPU1} · llama"]
     app_line = ttft["app TTFT P95 (traces of llama)"]
-    band = ttft[f"outside the engine · vllm · {GPU1} · llama"]
     assert engine_line["y"][k] == pytest.approx(480.0) and app_line["y"][k] == 900.0
-    assert band["fill"] == "tonexty" and band["y"][k] == 900.0 and band["text"][k] == pytest.approx(420.0)
+    assert engine_line["y"][k + 1] is None and engine_line["connectgaps"] is False  # a gap, never a line through it
+    # The band: one piece per run of points where both lines have a value (none across the gap at
+    # k + 1), each filled down to a hidden copy of the engine line just before it.
     data = body["figures"]["fig-engine-ttft"]["data"]
-    base = data[data.index(band) - 1]  # the band fills down to the trace just before it: the engine line
-    assert base["y"][k] == pytest.approx(480.0) and base["showlegend"] is False
-    assert all(y is None for i, y in enumerate(band["y"]) if i != k)  # only where both lines have a value
+    bands = [(i, tr) for i, tr in enumerate(data) if tr["name"] == f"outside the engine · vllm · {GPU1} · llama"]
+    stamp = lambda i: datetime.fromisoformat(body["times"][i]).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
+    assert [(tr["x"], tr["y"], tr["fill"], tr["showlegend"]) for _, tr in bands] == [
+        ([stamp(k)], [900.0], "tonexty", True), ([stamp(k + 2)], [750.0], "tonexty", False)]
+    assert [tr["text"] for _, tr in bands] == [[pytest.approx(420.0)], [pytest.approx(270.0)]]
+    for i, band in bands:
+        base = data[i - 1]
+        assert base["x"] == band["x"] and base["y"] == [pytest.approx(480.0)] and base["showlegend"] is False
+        assert base["legendgroup"] == band["legendgroup"]  # the legend entry toggles every piece
     assert ttft["app TTFT P95 (all traces)"]["y"][k] == 5000.0
-    assert ttft[f"outside the engine · sglang · {GPU2} · qwen"]["text"][k] == pytest.approx(5000.0 - 975.0)
+    assert ttft[f"outside the engine · sglang · {GPU2} · qwen"]["text"] == [pytest.approx(5000.0 - 975.0)]
     # A point of the app-side line opens that bucket's llama traces at or above it, slowest first.
     assert "&model=llama&sort=ttft&dir=desc&ttft_ms=" in app_line["customdata"][k]
 
     e2e = _traces(body["figures"]["fig-engine-e2e"])
     assert e2e[f"engine E2E P95 · vllm · {GPU1} · llama"]["y"][k] == pytest.approx(975.0)
     assert e2e["app E2E P95 (traces of llama)"]["y"][k] == 1600.0
-    assert e2e[f"outside the engine · vllm · {GPU1} · llama"]["text"][k] == pytest.approx(625.0)
+    assert e2e[f"outside the engine · vllm · {GPU1} · llama"]["text"] == [pytest.approx(625.0)]
     assert f"engine E2E P95 · sglang · {GPU2} · qwen" not in e2e  # that engine sent no E2E histogram
 
     kv = body["figures"]["fig-engine-kv"]
@@ -234,7 +249,7 @@ def test_long_windows_compare_with_the_rollups_in_the_same_buckets(client, make_
     assert v["app_ttft_p95_ms"][k] == pytest.approx(900.0, rel=0.005)
     assert v["app_e2e_p95_ms"][k] == pytest.approx(1600.0, rel=0.005)
     band = _traces(body["figures"]["fig-engine-ttft"])[f"outside the engine · vllm · {GPU1} · llama"]
-    assert band["text"][k] == pytest.approx(v["app_ttft_p95_ms"][k] - 480.0)
+    assert band["text"] == [pytest.approx(v["app_ttft_p95_ms"][k] - 480.0)]
 
 
 def test_user_sent_labels_are_escaped_everywhere(client, make_user, project_with_key):
