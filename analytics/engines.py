@@ -38,26 +38,32 @@ GAUGES = tuple(m for m, (kind, _) in METRICS.items() if kind == GAUGE)
 COUNTERS = tuple(m for m, (kind, _) in METRICS.items() if kind == COUNTER)
 HISTOGRAMS = tuple(m for m, (kind, _) in METRICS.items() if kind == HISTOGRAM)
 
-# Per series (engine instance, metric, bucket bound): the increases between consecutive samples,
-# each with the time of the later sample. Gauges are read apart (their values, not differences).
+# Per series (engine instance, metric, bucket bound) and bucket: the sum of the increases between
+# consecutive samples, each counted in the bucket of the later sample — added up in ClickHouse, so a
+# day of 5-second scrapes returns one row per series and chart bucket, not one per scrape. Gauges
+# are read apart (their values, not differences).
 _INCREASES_SQL = """
-SELECT engine, target, model, metric, le, isInfinite(le) AS le_inf,
-       arrayJoin(arrayMap((cur, prev) -> (cur.1, if(cur.2 >= prev.2, cur.2 - prev.2, cur.2)),
-                          arrayPopFront(points), arrayPopBack(points))) AS step,
-       intDiv(step.1, greatest({step_ms:Int64}, 1)) * {step_ms:Int64} AS bucket_ms,
-       step.2 AS increase
+SELECT engine, target, model, metric, le, le_inf, bucket_ms, sum(increase) AS increase
 FROM (
-    SELECT engine, target, model, metric, le,
-           arraySort(x -> x.1, groupArray((toUnixTimestamp64Milli(time), value))) AS points
-    FROM engine_samples
-    WHERE project_id = {project_id:UInt64}
-      AND has(splitByChar(',', {metrics:String}), metric)
-      AND time > fromUnixTimestamp64Milli({lookback_ms:Int64})
-      AND time <= fromUnixTimestamp64Milli({end_ms:Int64})
-      AND ({engine:String} = '' OR engine = {engine:String})
-    GROUP BY engine, target, model, metric, le
+    SELECT engine, target, model, metric, le, isInfinite(le) AS le_inf,
+           arrayJoin(arrayMap((cur, prev) -> (cur.1, if(cur.2 >= prev.2, cur.2 - prev.2, cur.2)),
+                              arrayPopFront(points), arrayPopBack(points))) AS step,
+           intDiv(step.1, greatest({step_ms:Int64}, 1)) * {step_ms:Int64} AS bucket_ms,
+           step.2 AS increase
+    FROM (
+        SELECT engine, target, model, metric, le,
+               arraySort(x -> x.1, groupArray((toUnixTimestamp64Milli(time), value))) AS points
+        FROM engine_samples
+        WHERE project_id = {project_id:UInt64}
+          AND has(splitByChar(',', {metrics:String}), metric)
+          AND time > fromUnixTimestamp64Milli({lookback_ms:Int64})
+          AND time <= fromUnixTimestamp64Milli({end_ms:Int64})
+          AND ({engine:String} = '' OR engine = {engine:String})
+        GROUP BY engine, target, model, metric, le
+    )
+    WHERE step.1 > {start_ms:Int64}
 )
-WHERE step.1 > {start_ms:Int64}
+GROUP BY engine, target, model, metric, le, le_inf, bucket_ms
 """
 
 _GAUGES_SQL = """
