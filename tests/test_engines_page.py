@@ -142,7 +142,13 @@ def test_engine_and_app_side_latency_with_the_band_between_them(client, make_use
                                          e2e_ms=1000) for i, ttft in enumerate((650, 750))], tag="tests.engines_page")
     client.force_login(alice)
     body = client.get("/engines/series.json" + _query(start, end)).json()
+    assert set(body) == {"project_id", "start", "end", "engine", "engines", "newest_sample", "step_seconds", "times",
+                         "instances", "figures", "latest"}
+    assert body["project_id"] == mine.pk and body["engine"] == "" and len(body["times"]) == 91
     assert body["step_seconds"] == 10 and body["times"][k] == t.isoformat()
+    assert set(body["figures"]) == {"fig-engine-requests", "fig-engine-kv", "fig-engine-preemptions", "fig-engine-ttft",
+                                    "fig-engine-e2e", "fig-engine-queue", "fig-engine-throughput"}
+    assert all(len(values) == 91 for i in body["instances"] for values in i["values"].values())
     assert body["engines"] == ["sglang", "vllm"]
     by_target = {i["target"]: i for i in body["instances"]}
     assert set(by_target) == {GPU1, GPU2}  # never the other project's instance
@@ -224,6 +230,10 @@ def test_engine_and_app_side_latency_with_the_band_between_them(client, make_use
     only = client.get("/engines/series.json" + _query(start, end, engine="vllm")).json()
     assert [i["target"] for i in only["instances"]] == [GPU1] and only["engines"] == ["sglang", "vllm"]
     assert [r["target"] for r in only["latest"]] == [GPU1]
+    assert {k: only["latest"][0][k] for k in ("requests_running", "requests_waiting", "kv_cache_usage", "host",
+                                              "last_seen")} == {
+        "requests_running": 7, "requests_waiting": 5, "kv_cache_usage": 92.5, "host": "gpu-1",
+        "last_seen": (t + timedelta(seconds=7)).strftime("%Y-%m-%d %H:%M:%S")}
 
     client.force_login(bob)
     theirs = client.get("/engines/series.json" + _query(start, end)).json()
