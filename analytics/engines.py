@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from agent.engines import COUNTER, GAUGE, HISTOGRAM, METRICS, SUM_SUFFIX
 from store import get_store
 
+from . import rollups
+from .panel_selectors import reads_concurrently
 from .selectors import bucket_seconds, bucket_times
 
 LOOKBACK_SECONDS = 300  # the agent scrapes every 5 s by default: a window's first increase needs one sample before it
@@ -36,26 +38,32 @@ GAUGES = tuple(m for m, (kind, _) in METRICS.items() if kind == GAUGE)
 COUNTERS = tuple(m for m, (kind, _) in METRICS.items() if kind == COUNTER)
 HISTOGRAMS = tuple(m for m, (kind, _) in METRICS.items() if kind == HISTOGRAM)
 
-# Per series (engine instance, metric, bucket bound): the increases between consecutive samples,
-# each with the time of the later sample. Gauges are read apart (their values, not differences).
+# Per series (engine instance, metric, bucket bound) and bucket: the sum of the increases between
+# consecutive samples, each counted in the bucket of the later sample — added up in ClickHouse, so a
+# day of 5-second scrapes returns one row per series and chart bucket, not one per scrape. Gauges
+# are read apart (their values, not differences).
 _INCREASES_SQL = """
-SELECT engine, target, model, metric, le, isInfinite(le) AS le_inf,
-       arrayJoin(arrayMap((cur, prev) -> (cur.1, if(cur.2 >= prev.2, cur.2 - prev.2, cur.2)),
-                          arrayPopFront(points), arrayPopBack(points))) AS step,
-       intDiv(step.1, greatest({step_ms:Int64}, 1)) * {step_ms:Int64} AS bucket_ms,
-       step.2 AS increase
+SELECT engine, target, model, metric, le, le_inf, bucket_ms, sum(increase) AS increase
 FROM (
-    SELECT engine, target, model, metric, le,
-           arraySort(x -> x.1, groupArray((toUnixTimestamp64Milli(time), value))) AS points
-    FROM engine_samples
-    WHERE project_id = {project_id:UInt64}
-      AND has(splitByChar(',', {metrics:String}), metric)
-      AND time > fromUnixTimestamp64Milli({lookback_ms:Int64})
-      AND time <= fromUnixTimestamp64Milli({end_ms:Int64})
-      AND ({engine:String} = '' OR engine = {engine:String})
-    GROUP BY engine, target, model, metric, le
+    SELECT engine, target, model, metric, le, isInfinite(le) AS le_inf,
+           arrayJoin(arrayMap((cur, prev) -> (cur.1, if(cur.2 >= prev.2, cur.2 - prev.2, cur.2)),
+                              arrayPopFront(points), arrayPopBack(points))) AS step,
+           intDiv(step.1, greatest({step_ms:Int64}, 1)) * {step_ms:Int64} AS bucket_ms,
+           step.2 AS increase
+    FROM (
+        SELECT engine, target, model, metric, le,
+               arraySort(x -> x.1, groupArray((toUnixTimestamp64Milli(time), value))) AS points
+        FROM engine_samples
+        WHERE project_id = {project_id:UInt64}
+          AND has(splitByChar(',', {metrics:String}), metric)
+          AND time > fromUnixTimestamp64Milli({lookback_ms:Int64})
+          AND time <= fromUnixTimestamp64Milli({end_ms:Int64})
+          AND ({engine:String} = '' OR engine = {engine:String})
+        GROUP BY engine, target, model, metric, le
+    )
+    WHERE step.1 > {start_ms:Int64}
 )
-WHERE step.1 > {start_ms:Int64}
+GROUP BY engine, target, model, metric, le, le_inf, bucket_ms
 """
 
 _GAUGES_SQL = """
@@ -217,6 +225,21 @@ class EngineSeries:
         """``pick(figures)`` per bucket (None where the bucket has no sample or the figure is absent)."""
         return [None if f is None else pick(f) for f in instance.buckets]
 
+    def rate(self, instance: InstanceSeries, counter: str, *, per_seconds: float = 1.0) -> list[float | None]:
+        """A counter's increase per bucket as a rate per ``per_seconds`` (1: per second, 60: per
+        minute) over the bucket's width; None where the bucket has no sample of that counter. The
+        last bucket of a window ending now is still filling: it reads low until it is complete."""
+        return self.values(instance, lambda f: None if counter not in f.increases
+                           else round(f.increases[counter] * per_seconds / self.step_seconds, 6))
+
+    def gauge(self, instance: InstanceSeries, metric: str, stat: str = "high") -> list[float | None]:
+        """A gauge per bucket: its ``last``, ``mean``, ``high`` or ``low`` sample (None: no sample)."""
+        return self.values(instance, lambda f: f.gauges.get(metric, {}).get(stat))
+
+    def percentile_ms(self, instance: InstanceSeries, histogram: str, q: float = 0.95) -> list[float | None]:
+        """A histogram's percentile per bucket, in ms (None: no request observed in the bucket)."""
+        return self.values(instance, lambda f: f.percentiles_ms.get(histogram, {}).get(q))
+
 
 def engine_series(*, project_id: int, start: datetime, end: datetime, engine: str = "",
                   step_seconds: int | None = None) -> EngineSeries:
@@ -236,6 +259,83 @@ def engine_series(*, project_id: int, start: datetime, end: datetime, engine: st
     return EngineSeries(start=start, end=end, step_seconds=step, times=times, instances=instances)
 
 
+MAX_MODEL_SERIES = 8  # app-side series read per served model at most (the rest compare with all traces)
+
+
+def app_side_series(*, project_id: int, start: datetime, end: datetime, models, points: int) -> dict:
+    """The app-side latency of each served model whose name the traces use: ``rollups.window_series``
+    (the overview's read, same buckets for the same ``points``) filtered to that model, for the models
+    with requests in the window only: a model the traces call otherwise has no entry (its engine is
+    compared with every trace). ``{model: WindowSeries}``."""
+    models = sorted({m for m in models if m})[:MAX_MODEL_SERIES]
+    if not models:
+        return {}
+    reads = reads_concurrently(**{f"m{i}": (lambda m=m: rollups.window_series(
+        project_id=project_id, start=start, end=end, model=m, points=points)) for i, m in enumerate(models)})
+    out = {}
+    for i, model in enumerate(models):
+        series = reads[f"m{i}"]
+        if any(b is not None and b.requests for b in series.buckets):
+            out[model] = series
+    return out
+
+
+@dataclass(frozen=True)
+class InstanceLatest:
+    """An engine instance's newest gauges (the Engines page's table)."""
+
+    instance: Instance
+    host: str
+    last_seen: datetime | None
+    running: float | None
+    waiting: float | None
+    kv_cache_usage: float | None
+
+
+def instances_latest(*, project_id: int, end: datetime, seconds: int = 3600, engine: str = "") -> list[InstanceLatest]:
+    """Each instance that sent a gauge in the ``seconds`` before ``end``: its last running, waiting
+    and KV-cache figures, when and from which host."""
+    start = end - timedelta(seconds=seconds)
+    rows = []
+    for f in window_figures(project_id=project_id, start=start, end=end, engine=engine):
+        if f.last_ms is None:
+            continue
+        last = {m: f.gauges.get(m, {}).get("last") for m in ("requests_running", "requests_waiting", "kv_cache_usage")}
+        rows.append(InstanceLatest(f.instance, f.host, datetime.fromtimestamp(f.last_ms / 1000, tz=timezone.utc),
+                                   last["requests_running"], last["requests_waiting"], last["kv_cache_usage"]))
+    return rows
+
+
+def engine_names(*, project_id: int, start: datetime, end: datetime, limit: int = 50) -> list[str]:
+    """The engines (vllm, tgi, sglang, a ``--scrape`` label) that sent samples in (start, end]:
+    the Engines page's engine choices."""
+    rows = get_store().query(
+        "SELECT DISTINCT engine FROM engine_samples WHERE project_id = {project_id:UInt64}"
+        " AND time > fromUnixTimestamp64Milli({start_ms:Int64}) AND time <= fromUnixTimestamp64Milli({end_ms:Int64})"
+        " ORDER BY engine LIMIT {limit:UInt32}",
+        {"project_id": project_id, "start_ms": _ms_of(start), "end_ms": _ms_of(end), "limit": limit},
+        tag="analytics.engines.names").rows
+    return [r[0] for r in rows]
+
+
+def first_sample_since(*, project_id: int, since: datetime) -> datetime | None:
+    """When the project's first engine sample at or after ``since`` was taken, or None: what the
+    Engines page's default range is fitted to (``dashboard.timewindow.fit_preset``)."""
+    row = get_store().query(
+        "SELECT min(time) AS first, count() AS n FROM engine_samples WHERE project_id = {project_id:UInt64}"
+        " AND time >= fromUnixTimestamp64Milli({since_ms:Int64})",
+        {"project_id": project_id, "since_ms": _ms_of(since)}, tag="analytics.engines.first_sample_since").dicts()[0]
+    if not row["n"]:
+        return None
+    return _utc(row["first"])
+
+
+def _utc(value) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(str(value)).replace(tzinfo=timezone.utc)
+
+
 def latest_sample_time(*, project_id: int) -> datetime | None:
     """When the newest engine sample of the project was taken (None: never) — the page's empty state."""
     rows = get_store().query(
@@ -243,7 +343,4 @@ def latest_sample_time(*, project_id: int) -> datetime | None:
         {"project_id": project_id}, tag="analytics.engines.latest").dicts()
     if not rows or not rows[0]["n"]:
         return None
-    newest = rows[0]["newest"]
-    if isinstance(newest, datetime):
-        return newest if newest.tzinfo else newest.replace(tzinfo=timezone.utc)
-    return datetime.fromisoformat(str(newest)).replace(tzinfo=timezone.utc)
+    return _utc(rows[0]["newest"])

@@ -76,6 +76,7 @@ UNIT_FORMATS = {
     "°C": (".0f", " °C"),
     "W": (",.0f", " W"),
     "MiB": (",.1f", " MiB"),
+    "per minute": (",.2f", " per minute"),
 }
 
 
@@ -137,8 +138,9 @@ def style_figure(fig: dict) -> dict:
     return fig
 
 
-def _plain(text) -> str:
-    """Plotly renders a little HTML in annotation and hover text; a rule name is the user's: escape it."""
+def plotly_text(text) -> str:
+    """Plotly renders a little HTML in trace names, annotations and hover text (``<b>``, ``<a href>``,
+    entities); a rule name, a model name or a scraped URL is the user's: escape it, so it shows as written."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -156,7 +158,7 @@ def mark_alerts(fig: dict, alerts) -> None:
         if not since:
             continue
         x = datetime.fromisoformat(since).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")  # the charts' UTC form
-        groups.setdefault(x, []).append(_plain(alert.get("rule") or "alert"))
+        groups.setdefault(x, []).append(plotly_text(alert.get("rule") or "alert"))
     if not groups:
         return
     shapes, notes = layout.setdefault("shapes", []), layout.setdefault("annotations", [])

@@ -14,11 +14,12 @@ from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlencode
 
+from analytics.engines import EngineSeries, Instance
 from analytics.panel_selectors import LatencyHeatmap, ModelSpend, WindowSeries, WindowStats
 from analytics.rollup_services import HIST_GAMMA
 from analytics.selectors import DeviceSeries, LoadSeries, ResourceSeries
 from analytics.trace_math import PHASES
-from charts import BASE_LAYOUT, HEATMAP_COLORSCALE, PHASE_COLORS, mark_alerts, style_figure
+from charts import BASE_LAYOUT, HEATMAP_COLORSCALE, PHASE_COLORS, mark_alerts, plotly_text, style_figure
 
 GPU_MEMORY_THRESHOLD = 85.0  # DOMAIN.md: GPU memory % (used / total from NVML) >= 85 — scale out
 CPU_THRESHOLD = 70.0  # DOMAIN.md: host CPU % > 70 — pre/post-processing needs optimising
@@ -26,6 +27,7 @@ GPU_UTILIZATION_LOW = 50.0  # DOMAIN.md: GPU utilisation < 50 % for 30 min while
 P95_THRESHOLD_MS = 1500.0  # DOMAIN.md: P95 E2E (chat) > 1500 ms — users feel the wait
 INFERENCE_SHARE_THRESHOLD = 60.0  # DOMAIN.md: inference share > 60 %
 NETWORK_THRESHOLD_MS = 200.0  # DOMAIN.md: network P95 > 200 ms
+KV_CACHE_THRESHOLD = 90.0  # KV-cache usage >= 90 %: new requests wait for room, running ones get preempted
 
 
 def _json_ready(value):
@@ -182,6 +184,186 @@ def _load_figure(series: ResourceSeries, times, values, title: str, ytitle: str,
     if threshold:
         threshold_line(fig, y=threshold[0], label=threshold[1])
     return figure_dict(fig)
+
+
+# --- engines -------------------------------------------------------------------------------------
+# One colour per engine instance, the same on every chart of the page (its line, its band).
+ENGINE_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f")
+APP_COLOR = "#3b3b3b"
+# What the shaded band between the app-side and the engine-side line is, one line under each chart.
+GAP_CAPTIONS = {
+    "fig-engine-ttft": "Shaded: time outside the engine before the first token (app-side P95 from traces minus "
+                       "engine-side P95): network and client-side queueing.",
+    "fig-engine-e2e": "Shaded: time outside the engine (app-side P95 from traces minus engine-side P95): network, "
+                      "client-side queueing and the app's own pre- and post-processing.",
+}
+
+
+def _rgba(color: str, alpha: float) -> str:
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def app_side_key(instance: Instance, app: dict[str, WindowSeries]) -> str:
+    """Which app-side series an engine instance is compared with: its model's traces when the
+    traces name that model (``app`` holds it), else every trace of the project (``''``)."""
+    return instance.model if instance.model and instance.model in app else ""
+
+
+def app_side_values(series: EngineSeries, app: WindowSeries | None, pick) -> list[float | None]:
+    """``pick(bucket)`` of an app-side series on the engine series' time axis (None: no request)."""
+    if app is None:
+        return [None] * len(series.times)
+    by_time = {t: (None if b is None else pick(b)) for t, b in zip(app.times, app.buckets)}
+    return [by_time.get(t) for t in series.times]
+
+
+def _engine_layout(series: EngineSeries, title: str, ytitle: str, **extra) -> dict:
+    return _time_layout(title, series.start, series.end, ytitle, **extra)
+
+
+def _no_line_note(fig: Fig, what: str) -> None:
+    fig.add_annotation(xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
+                       text=f"no engine in view reports {what} in this window", font={"color": "#6b7280"})
+
+
+def _instance_lines(series: EngineSeries, fig: Fig, values, *, suffix: str = "", **style) -> int:
+    """One line per instance with any value; returns how many were drawn."""
+    drawn = 0
+    for i, inst in enumerate(series.instances):
+        ys = values(inst)
+        if all(v is None for v in ys):
+            continue
+        color = ENGINE_COLORS[i % len(ENGINE_COLORS)]
+        _line(fig, x=series.times, y=ys, name=plotly_text(inst.instance.label) + suffix,
+              line={"color": color, **style.get("line", {})})
+        drawn += 1
+    return drawn
+
+
+def _runs(flags: list[bool]) -> list[list[int]]:
+    """The index runs where ``flags`` holds: [F, T, T, F, T] -> [[1, 2], [4]]."""
+    runs: list[list[int]] = []
+    for j, flag in enumerate(flags):
+        if flag:
+            if runs and runs[-1][-1] == j - 1:
+                runs[-1].append(j)
+            else:
+                runs.append([j])
+    return runs
+
+
+def _latency_gap_figure(series: EngineSeries, app: dict[str, WindowSeries], *, histogram: str, pick, title: str,
+                        what: str, bound: str, sort: str) -> dict:
+    """Engine-side P95 of ``histogram`` per instance, the app-side P95 (``pick`` of the traces'
+    buckets) it is compared with, and between the two a shaded band: the time outside the engine.
+    The band is drawn over the buckets where both lines have a value, from a hidden copy of the
+    engine line (``fill='tonexty'`` fills to the trace just before it)."""
+    fig = figure(**_engine_layout(series, title, "ms"))
+    x, step = series.times, series.step_seconds
+    drawn_app: set[str] = set()
+    for i, inst in enumerate(series.instances):
+        engine = series.percentile_ms(inst, histogram)
+        if all(v is None for v in engine):
+            continue
+        color = ENGINE_COLORS[i % len(ENGINE_COLORS)]
+        label = plotly_text(inst.instance.label)
+        key = app_side_key(inst.instance, app)
+        app_values = app_side_values(series, app.get(key), pick)
+        _line(fig, x=x, y=engine, name=f"engine {what} P95 · {label}", line={"color": color})
+        # One band per run of buckets where both lines have a value: plotly joins a filled trace's
+        # pieces across its gaps, and a gap is a missing sample, never something to shade.
+        for n, run in enumerate(_runs([e is not None and a is not None for e, a in zip(engine, app_values)])):
+            times = [x[j] for j in run]
+            fig.add_scatter(x=times, y=[engine[j] for j in run], name=f"band edge · {label}", mode="lines",
+                            line={"width": 0, "color": color}, showlegend=False, hoverinfo="skip",
+                            legendgroup=f"gap-{what}-{i}")
+            fig.add_scatter(x=times, y=[app_values[j] for j in run], name=f"outside the engine · {label}",
+                            mode="lines", fill="tonexty", fillcolor=_rgba(color, 0.22), line={"width": 0, "color": color},
+                            text=[round(app_values[j] - engine[j], 3) for j in run], showlegend=n == 0,
+                            legendgroup=f"gap-{what}-{i}", hovertemplate="%{fullData.name}: %{text:,.1f} ms<extra></extra>")
+        if key not in drawn_app and any(v is not None for v in app_values):
+            drawn_app.add(key)
+            scope = f"traces of {plotly_text(key)}" if key else "all traces"
+            filters = {"model": key} if key else {}
+            _line(fig, x=x, y=app_values, name=f"app {what} P95 ({scope})", line={"color": APP_COLOR, "dash": "dash"},
+                  customdata=_threshold_links(x, step, filters, app_values, bound, sort))
+    if not fig.data:
+        _no_line_note(fig, f"engine-side {what}")
+    return figure_dict(fig)
+
+
+def engines_figures(series: EngineSeries, app: dict[str, WindowSeries], *, alerts: list[dict] = ()) -> dict[str, dict]:
+    """The figures of /engines/, keyed by the element id the page gives each chart. ``app``: the
+    app-side latency series from the traces in the same buckets, ``''`` every trace, a model's
+    name that model's traces (``app_side_key``)."""
+    figs = {}
+    requests = figure(**_engine_layout(series, "Running and waiting requests (peak per point)", "requests"))
+    running = _instance_lines(series, requests, lambda i: series.gauge(i, "requests_running"), suffix=" · running")
+    waiting = _instance_lines(series, requests, lambda i: series.gauge(i, "requests_waiting"), suffix=" · waiting",
+                              line={"dash": "dot"})
+    if not running + waiting:
+        _no_line_note(requests, "running or waiting requests")
+    figs["fig-engine-requests"] = figure_dict(requests)
+
+    kv = figure(**_engine_layout(series, "KV-cache usage (peak per point)", "%"))
+    kv.layout["yaxis"]["range"] = [0, 100]
+    if not _instance_lines(series, kv, lambda i: series.gauge(i, "kv_cache_usage")):
+        _no_line_note(kv, "KV-cache usage")
+    threshold_line(kv, y=KV_CACHE_THRESHOLD, label="90 % (above: requests wait for room, running ones are preempted)")
+    figs["fig-engine-kv"] = figure_dict(kv)
+
+    preempt = figure(**_engine_layout(series, "Preemptions per minute", "per minute"))
+    if not _instance_lines(series, preempt, lambda i: series.rate(i, "preemptions", per_seconds=60)):
+        _no_line_note(preempt, "preemptions")
+    figs["fig-engine-preemptions"] = figure_dict(preempt)
+
+    figs["fig-engine-ttft"] = _latency_gap_figure(
+        series, app, histogram="ttft_seconds", pick=lambda b: b.ttft_ms[0.95], what="TTFT", bound="ttft_ms",
+        sort="ttft", title="Time to first token P95: app-side (traces) and engine-side")
+    figs["fig-engine-e2e"] = _latency_gap_figure(
+        series, app, histogram="e2e_seconds", pick=lambda b: b.e2e_ms[0.95], what="E2E", bound="min_ms",
+        sort="duration", title="End-to-end latency P95: app-side (traces) and engine-side")
+
+    queue = figure(**_engine_layout(series, "Engine queue time P95", "ms"))
+    if not _instance_lines(series, queue, lambda i: series.percentile_ms(i, "queue_seconds")):
+        _no_line_note(queue, "queue time")
+    figs["fig-engine-queue"] = figure_dict(queue)
+
+    tps = figure(**_engine_layout(series, "Generation throughput", "tokens/s"))
+    if not _instance_lines(series, tps, lambda i: series.rate(i, "generation_tokens")):
+        _no_line_note(tps, "generated tokens")
+    figs["fig-engine-throughput"] = figure_dict(tps)
+    if alerts:
+        for fig in figs.values():
+            mark_alerts(fig, alerts)
+    return figs
+
+
+def engine_instance_values(series: EngineSeries, app: dict[str, WindowSeries]) -> list[dict]:
+    """Per instance, the very values the engine charts draw (one per bucket of ``series.times``),
+    and the app-side P95s it is compared with (``app_side_model``: '' = every trace)."""
+    out = []
+    for inst in series.instances:
+        key = app_side_key(inst.instance, app)
+        i = inst.instance
+        out.append({
+            "engine": i.engine, "target": i.target, "model": i.model, "label": i.label, "host": inst.host,
+            "app_side_model": key,
+            "values": {
+                "requests_running": series.gauge(inst, "requests_running"),
+                "requests_waiting": series.gauge(inst, "requests_waiting"),
+                "kv_cache_usage": series.gauge(inst, "kv_cache_usage"),
+                "preemptions_per_minute": series.rate(inst, "preemptions", per_seconds=60),
+                "generation_tokens_per_second": series.rate(inst, "generation_tokens"),
+                "ttft_p95_ms": series.percentile_ms(inst, "ttft_seconds"),
+                "e2e_p95_ms": series.percentile_ms(inst, "e2e_seconds"),
+                "queue_p95_ms": series.percentile_ms(inst, "queue_seconds"),
+                "app_ttft_p95_ms": app_side_values(series, app.get(key), lambda b: b.ttft_ms[0.95]),
+                "app_e2e_p95_ms": app_side_values(series, app.get(key), lambda b: b.e2e_ms[0.95]),
+            },
+        })
+    return out
 
 
 # --- overview ------------------------------------------------------------------------------------

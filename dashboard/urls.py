@@ -23,4 +23,6 @@ urlpatterns = [
     path("resources/", views.resources_latest, name="resources"),
     path("settings/", views.project_settings, name="settings"),
     path("resources/series.json", views.resources_series_json, name="resources-series"),
+    path("engines/", views.engines_page, name="engines"),
+    path("engines/series.json", views.engines_series_json, name="engines-series"),
 ]

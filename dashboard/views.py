@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from functools import wraps
 
 from django.apps import apps
@@ -13,7 +13,7 @@ from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 
-from analytics import panel_selectors, rollups, selectors
+from analytics import engines, panel_selectors, rollups, selectors
 from analytics.rollups import PROJECTION_DAYS
 from projects.scope import current_project
 from store import StoreError, get_store
@@ -23,7 +23,7 @@ from .compare import MODES as COMPARE_MODES
 from .compare import compare_query_from, compare_rows
 from .compare import side_stats as compare_side_stats
 from .filters import FilterBar, filter_bar_from_query
-from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD
+from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD, KV_CACHE_THRESHOLD
 from .series_api import projection_label
 from .templatetags.explorer_tags import kpi_traces_link
 from .timewindow import PRESETS, TimeWindow, window_from_query
@@ -156,6 +156,95 @@ def resources_series_json(request):
         # The page's latest-figures table, redrawn with the charts (everything on a live page updates together).
         "has_gpu": bool(series.gpus),
         "latest": [{**dataclasses.asdict(r), "last_seen": _utc_text(r.last_seen)} for r in panel["latest"]],
+    })
+
+
+# --- engines -------------------------------------------------------------------------------------
+def _fit_to_engine_samples(request):
+    """``fit`` of the engines window: when the current project's engine samples start (None: the default)."""
+    def fit(since):
+        project = current_project(request)
+        if project is None:
+            return None
+        try:
+            return engines.first_sample_since(project_id=project.pk, since=since)
+        except StoreError:
+            return None  # the page itself reports the store being down
+    return fit
+
+
+def _engine_filter(request) -> str:
+    return request.GET.get("engine", "")[:64].strip().lower()
+
+
+def _engines_panel(project_id: int, window: TimeWindow, engine: str) -> dict:
+    """The engine series, and the app-side latency from the traces in the same buckets (the same
+    point budget gives the same step): every trace, and each served model's own where the traces
+    name it."""
+    points = selectors.RESOURCE_POINTS
+    step = selectors.bucket_seconds(start=window.start, end=window.end, points=points)
+    now = datetime.now(timezone.utc)
+    r = panel_selectors.reads_concurrently(
+        newest=lambda: engines.latest_sample_time(project_id=project_id),
+        series=lambda: engines.engine_series(project_id=project_id, start=window.start, end=window.end,
+                                             engine=engine, step_seconds=step),
+        engines=lambda: engines.engine_names(project_id=project_id, start=window.start, end=window.end),
+        latest=lambda: engines.instances_latest(project_id=project_id, end=now, engine=engine),
+        all_traces=lambda: rollups.window_series(project_id=project_id, start=window.start, end=window.end,
+                                                 points=points))
+    series = r["series"]
+    app = {"": r["all_traces"]}
+    if series.instances:
+        app.update(engines.app_side_series(project_id=project_id, start=window.start, end=window.end,
+                                           models=[i.instance.model for i in series.instances], points=points))
+    return {"newest": r["newest"], "series": series, "engines": r["engines"], "latest": r["latest"], "app": app,
+            "figures": panels.engines_figures(series, app, alerts=_firing_alerts(project_id)) if series.instances else {}}
+
+
+@login_required
+def engines_page(request):
+    """Inference engines (vLLM, TGI, SGLang) of the project over time: queue, KV cache, preemptions,
+    engine-side latency beside the app-side latency of the traces, throughput."""
+    window = window_from_query(request.GET, fit=_fit_to_engine_samples(request))
+    engine = _engine_filter(request)
+    return _project_page(request, "dashboard/engines.html", "panel",
+                         lambda project_id: _engines_panel(project_id, window, engine), window=window, engine=engine,
+                         presets=PRESETS, kv_threshold=KV_CACHE_THRESHOLD,
+                         ttft_caption=panels.GAP_CAPTIONS["fig-engine-ttft"], e2e_caption=panels.GAP_CAPTIONS["fig-engine-e2e"])
+
+
+def _latest_json(row: engines.InstanceLatest) -> dict:
+    i = row.instance
+    return {"engine": i.engine, "target": i.target, "model": i.model, "label": i.label, "host": row.host,
+            "last_seen": None if row.last_seen is None else _utc_text(row.last_seen),
+            "requests_running": row.running, "requests_waiting": row.waiting, "kv_cache_usage": row.kv_cache_usage}
+
+
+@json_login_required
+def engines_series_json(request):
+    """GET /engines/series.json?range=…|from=…&to=…&engine=… — the series behind /engines/ (and the
+    figures the page draws from them), for the page's live refresh and for scripts."""
+    project = current_project(request)
+    if project is None:
+        return _json_error(404, "no_project", "you are not a member of any project")
+    window = window_from_query(request.GET, fit=_fit_to_engine_samples(request))
+    if window.error:
+        return _json_error(400, "invalid_window", window.error)
+    engine = _engine_filter(request)
+    try:
+        panel = _engines_panel(project.pk, window, engine)
+    except StoreError as exc:
+        log.error("engines series failed: %s", exc)
+        return _json_error(503, "store_unavailable", STORE_DOWN)
+    series = panel["series"]
+    return JsonResponse({
+        "project_id": project.pk, "start": window.start.isoformat(), "end": window.end.isoformat(),
+        "engine": engine, "engines": panel["engines"],
+        "newest_sample": None if panel["newest"] is None else _utc_text(panel["newest"]),
+        "step_seconds": series.step_seconds, "times": [t.isoformat() for t in series.times],
+        "instances": panels.engine_instance_values(series, panel["app"]),
+        "figures": panel["figures"],
+        "latest": [_latest_json(r) for r in panel["latest"]],
     })
 
 

@@ -42,7 +42,8 @@ def test_heatmap_colourscale_makes_the_highest_counts_the_darkest_and_most_satur
 @pytest.mark.parametrize("title, unit", [("ms", "ms"), ("error rate %", "%"), ("requests/s", "req/s"),
                                          ("tokens/s", "tokens/s"), ("tokens", "tokens"), ("USD", "$"),
                                          ("USD per 1k tokens", "$"), ("°C", "°C"), ("MiB", "MiB"),
-                                         ("mean in flight", "in flight"), ("E2E", None)])
+                                         ("mean in flight", "in flight"), ("per minute", "per minute"),
+                                         ("E2E", None)])
 def test_axis_titles_name_their_unit(title, unit):
     assert unit_of(title) == unit
 

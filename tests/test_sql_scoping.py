@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PLAIN = "zqplainmarkerzq"
 HOSTILE = "zqx') OR 1=1 --\"`zq"
-FILTER_KEYS = ("service", "model", "host", "status", "phase", "attr", "q", "name", "endpoint", "sort")
+FILTER_KEYS = ("service", "model", "host", "engine", "status", "phase", "attr", "q", "name", "endpoint", "sort")
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """One visual language, checked in a real headless Chromium: at an 800 px wide window no page
-scrolls sideways (the traces explorer, the alerts page with its wide tables, overview, resources),
+scrolls sideways (the traces explorer, the alerts page with its wide tables, overview, resources, engines),
 and the pages' own forms, tables and buttons get the shared styles of app.css."""
 
 from __future__ import annotations
@@ -61,8 +61,16 @@ def test_no_page_scrolls_sideways_at_800px(narrow_page, asgi_server, make_user, 
     log_in(page, asgi_server, "nora", "/traces/")
     expect(page.locator("tr[data-trace-id]")).to_have_count(3)
     sideways = []
-    for path in ["/traces/", "/alerts/", "/", "/resources/", "/costs/", "/compare/", "/loadtests/", "/settings/",
-                 "/alerts/rules/new/"]:
+    from store import get_store
+
+    get_store().insert("engine_samples", [  # an engine instance with long labels, for /engines/
+        {"project_id": project.pk, "time": now - 60 * S, "host": "a-gpu-host-with-a-long-name", "engine": "vllm",
+         "target": "http://a-gpu-host-with-a-long-name.internal.example:8000/metrics",
+         "model": "meta-llama/Llama-3.1-70B-Instruct-with-a-long-suffix", "metric": metric, "le": 0.0, "value": value}
+        for metric, value in (("kv_cache_usage", 93.0), ("requests_running", 12), ("requests_waiting", 4))],
+        tag="tests.visual_browser")
+    for path in ["/traces/", "/alerts/", "/", "/resources/", "/engines/", "/costs/", "/compare/", "/loadtests/",
+                 "/settings/", "/alerts/rules/new/"]:
         page.goto(f"{asgi_server.url}{path}")
         page.wait_for_load_state("load")
         ARTIFACTS.mkdir(exist_ok=True)
