@@ -95,11 +95,51 @@ def timeline_figure(report: dict) -> dict:
     return figure_dict(fig)
 
 
+KV_LIMIT = 90.0  # the engine alert rule's line (docs/engines.md)
+
+
+def engine_figure(report: dict) -> dict | None:
+    """The engine seen from inside during the test (the built-in simulator's ``/metrics``, scraped
+    every second): clients' TTFT P95, the engine's waiting and running requests and its KV-cache
+    usage on ONE time axis (three rows sharing it), so the knee shows as the cache filling and the
+    queue growing at the moment TTFT rises. None when the run has no engine timeline."""
+    engine = report.get("engine") or {}
+    rows = engine.get("timeline") or []
+    if not rows:
+        return None
+    t = [r["t"] for r in rows]
+    timeline = report.get("timeline") or []
+    fig = figure(
+        title="Inside the engine: TTFT, queue and KV cache on one time axis", height=560, hovermode="x unified",
+        xaxis={"anchor": "y3", "title": {"text": "seconds from the start"}},
+        yaxis={"domain": [0.70, 1.0], "title": {"text": "TTFT P95 ms"}, "rangemode": "tozero"},
+        yaxis2={"domain": [0.37, 0.65], "title": {"text": "requests"}, "rangemode": "tozero"},
+        yaxis3={"domain": [0.0, 0.32], "title": {"text": "KV cache %"}, "range": [0, 105]},
+    )
+    fig.add_trace(go.Scatter(x=[r["t"] for r in timeline], y=[r.get("ttft_p95_ms") for r in timeline],
+                             name="client TTFT P95 (ms)", line={"color": TTFT}, yaxis="y", connectgaps=False))
+    fig.add_trace(go.Scatter(x=t, y=[r["waiting"] for r in rows], name="waiting requests", yaxis="y2",
+                             line={"color": KNEE}))
+    fig.add_trace(go.Scatter(x=t, y=[r["running"] for r in rows], name="running requests", yaxis="y2",
+                             line={"color": OFFERED}))
+    fig.add_trace(go.Scatter(x=t, y=[r["kv_cache_percent"] for r in rows], name="KV cache %", yaxis="y3",
+                             line={"color": ACHIEVED}, fill="tozeroy",
+                             customdata=[r["preemptions"] for r in rows],
+                             hovertemplate="%{y:.0f} %% (%{customdata:.0f} preemptions so far)"))
+    fig.add_hline(y=KV_LIMIT, yref="y3", line={"dash": "dash", "color": KNEE, "width": 1},
+                  annotation_text=f"{KV_LIMIT:.0f} %", annotation_position="top left")
+    return figure_dict(fig)
+
+
 def report_figures(report: dict) -> dict:
     """Every chart of a run's page, keyed by the element id it is drawn into."""
-    return {
+    figures = {
         "fig-throughput": throughput_figure(report),
         "fig-latency": latency_figure(report),
         "fig-errors": errors_figure(report),
         "fig-timeline": timeline_figure(report),
     }
+    engine = engine_figure(report)
+    if engine is not None:
+        figures["fig-engine"] = engine
+    return figures

@@ -14,6 +14,7 @@ from django.db import close_old_connections, connection
 
 from .models import LoadTestRun
 from .services import load_test_key_ensure, load_test_run_fail, load_test_run_finish, load_test_run_progress
+from .engine_watch import EngineWatch, metrics_url, watch_report
 from .simulator import DEFAULT_SIMULATOR, simulator_start, simulator_stop
 
 log = logging.getLogger("tracedash.loadtests")
@@ -95,14 +96,17 @@ def load_test_execute(*, run_pk: int, trace_endpoint: str | None, target_api_key
 
     run = LoadTestRun.objects.select_related("project").get(pk=run_pk)
     options = run.config
-    simulator = tracer = None
+    simulator = tracer = watch = None
     try:
         target = run.target_url
         if options.get("target") == "simulator":
             simulator, target = simulator_start(DEFAULT_SIMULATOR)
+        key = load_test_key_ensure(project=run.project) if trace_endpoint else None
         if trace_endpoint:
-            tracer = Tracer(endpoint=trace_endpoint, api_key=load_test_key_ensure(project=run.project),
-                            service="loadtest", max_queue_spans=200_000, max_batch_spans=2_000)
+            tracer = Tracer(endpoint=trace_endpoint, api_key=key, service="loadtest", max_queue_spans=200_000,
+                            max_batch_spans=2_000)
+        if simulator is not None:  # its queue and KV cache, beside the requests (Engines page, report)
+            watch = EngineWatch(metrics_url(target), endpoint=trace_endpoint, api_key=key)
         sink = _LatestLine()
         test = build_load_test(_namespace(options, target, target_api_key), tracer=tracer, run_id=run.run_id,
                                progress=sink)
@@ -118,11 +122,16 @@ def load_test_execute(*, run_pk: int, trace_endpoint: str | None, target_api_key
         reporter = threading.Thread(target=_report_progress, name=f"loadtest-progress-{run_pk}", daemon=True,
                                     args=(run_pk, test, sink, planned, time.monotonic(), done))
         reporter.start()
+        if watch is not None:
+            watch.start()
         try:
             report = test.run()
         finally:
             done.set()
             reporter.join(30)
+            if watch is not None:
+                watch.stop()
+        report = watch_report(watch, report)
         if tracer is not None:
             tracer.shutdown(timeout=60.0)
             report["config"]["tracing"] = {"service": tracer.service, "endpoint": tracer.exporter.endpoint,

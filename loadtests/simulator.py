@@ -15,10 +15,12 @@ import urllib.request
 from django.conf import settings
 
 # 32 slots, each request of 20 tokens holds one for 40 + 19 x 6 x (1 + 0.2 x 31/32) ms = 172 ms,
-# so it saturates near 186 completions/s.
+# so it saturates near 186 completions/s. Its paged KV cache (144 blocks of 16 tokens) holds 32
+# requests of a 50-token prompt and 20 answer tokens (4 to 5 blocks each) only just: at the knee
+# it is full, requests wait and some are preempted, as a vLLM server's at its limit.
 DEFAULT_SIMULATOR = {"queue_delay_ms": 2.0, "prefill_ms": 40.0, "prefill_ms_per_token": 0.0,
                      "decode_ms_per_token": 6.0, "capacity": 32, "load_slowdown": 0.2, "jitter": 0.05,
-                     "error_rate": 0.0}
+                     "error_rate": 0.0, "kv_cache_blocks": 144, "kv_block_tokens": 16}
 
 
 class SimulatorError(RuntimeError):

@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from projects.models import Project
 
+from loadtests.engine_watch import EngineWatch, metrics_url, watch_report
 from loadtests.simulator import DEFAULT_SIMULATOR, SimulatorError, simulator_start, simulator_stop
 
 
@@ -87,6 +88,11 @@ class Command(BaseCommand):
                                                if k not in _NOT_STORED and _jsonable(v)})
             self.stderr.write(f"Load test {run_id} ({ns.test_type}) → {base}/loadtests/{run.pk}/"
                               + (f", traced to {tracer.exporter.endpoint}" if tracer else " (not traced)"))
+            watch = None
+            if simulator is not None:  # its queue and KV cache, beside the requests (Engines page, report)
+                watch = EngineWatch(metrics_url(ns.target), endpoint=None if ns.no_trace else endpoint,
+                                    api_key=None if ns.no_trace else api_key)
+                watch.start()
             try:
                 report = test.run()
             except KeyboardInterrupt:
@@ -95,6 +101,10 @@ class Command(BaseCommand):
             except Exception as exc:  # noqa: BLE001 - recorded on the run, then re-raised
                 load_test_run_fail(run=run, error=f"{type(exc).__name__}: {exc}")
                 raise
+            finally:
+                if watch is not None:
+                    watch.stop()
+            report = watch_report(watch, report)
         finally:
             delivered = tracer.shutdown(timeout=60.0) if tracer is not None else True
             if simulator is not None:
