@@ -674,7 +674,7 @@ def cache_overview_figures(savings: CacheSavings, *, filters: dict[str, str]) ->
     links = _links(savings.times, savings.step_seconds, {"service": filters.get("service", "")})
     layout = _time_layout("Cache hit rate and latency a hit saved", savings.start, savings.end, "hit rate %",
                           yaxis2={"title": {"text": "latency saved ms"}, "overlaying": "y", "side": "right",
-                                  "showgrid": False})
+                                  "rangemode": "tozero", "showgrid": False})
     layout["yaxis"]["range"] = [0, 100]
     fig = figure(**layout)
     fig.add_bar(x=savings.times, y=savings.values(lambda b: _r(None if b.hit_rate is None else 100 * b.hit_rate, 2)),
