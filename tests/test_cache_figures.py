@@ -27,7 +27,7 @@ def cache_project(make_user, project_with_key):
     project, _ = project_with_key(members=[alice])
     other, _ = project_with_key()
     t0_ns = (time.time_ns() // S // 60 * 60 - 30 * 60) * S  # a minute start, half an hour ago
-    seed_cache_traffic(project.pk, t0_ns)
+    requests = seed_cache_traffic(project.pk, t0_ns)
     # Another project: hits and misses of the same endpoints, never counted for this one.
     theirs = [request(service="chat-api", name="POST /chat", start_ns=t0_ns + 2 * S, e2e_ms=1, cache=True)
               for _ in range(5)]
@@ -38,7 +38,8 @@ def cache_project(make_user, project_with_key):
 
     traces_summarize(project_ids=[other.pk])
     start = datetime.fromtimestamp(t0_ns / S, tz=timezone.utc)
-    return {"user": alice, "project": project, "other": other, "start": start, "end": start + timedelta(minutes=10)}
+    return {"user": alice, "project": project, "other": other, "start": start, "end": start + timedelta(minutes=10),
+            "requests": requests}
 
 
 def test_window_endpoint_and_bucket_figures_are_exact(cache_project):
@@ -195,3 +196,17 @@ def test_the_pages_say_so_in_one_line_when_no_span_ever_consulted_a_cache(client
         assert 'id="cache-savings"' not in html and "fig-cache" not in html, path
     body = client.get("/overview.json?range=15m").json()
     assert body["cache"]["ever"] is False and "fig-cache" not in body["figures"]
+
+
+def test_the_trace_page_and_json_say_hit_or_miss(client, cache_project):
+    client.force_login(cache_project["user"])
+    outcomes = {}
+    for key in ("chat_hit_2", "chat_miss_1", "chat_plain"):
+        trace_id = cache_project["requests"][key][0]["trace_id"]
+        outcomes[key] = client.get(f"/api/v1/traces/{trace_id}").json()["summary"]["cache"]
+        page = client.get(f"/traces/{trace_id}/").content.decode()
+        if outcomes[key] is None:
+            assert 'id="fig-cache"' not in page
+        else:
+            assert f'<dd id="fig-cache">{outcomes[key]}</dd>' in page
+    assert outcomes == {"chat_hit_2": "hit", "chat_miss_1": "miss", "chat_plain": None}  # the late hit won
