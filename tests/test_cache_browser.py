@@ -17,6 +17,7 @@ from playwright.sync_api import expect  # noqa: E402  (after test_browser's Chro
 
 from tests.cache_seed import S, request, seed_cache_traffic  # noqa: E402
 from tests.test_panels_browser import chart_data, log_in, non_null, only_local, page, summarised  # noqa: E402,F401
+from tests.test_visual_browser import SIDEWAYS  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
 
@@ -64,6 +65,12 @@ def test_overview_and_costs_draw_the_cache_figures_and_redraw_live(page, asgi_se
     by_endpoint = chart_data(page, "fig-cache-endpoints")[0]
     assert by_endpoint["x"] == ["chat-api · POST /summarize", "chat-api · POST /chat", "search · GET /search"]
     costs.screenshot(path=str(ARTIFACTS / "costs-cache.png"))
+    page.set_viewport_size({"width": 800, "height": 900})  # the endpoint table wraps: no sideways scroll
+    page.reload()
+    chart_data(page, "fig-cache-endpoints")  # drawn at the new width
+    width = page.evaluate(SIDEWAYS)
+    assert width["scroll"] <= width["client"], width
+    page.set_viewport_size({"width": 1400, "height": 900})
 
     # A live overview (a preset range): a new hit, summarised while the page is open, moves the tiles.
     page.goto(f"{asgi_server.url}/?range=1h")
