@@ -170,6 +170,12 @@ def test_pages_show_the_cache_section_escaped(client, cache_project):
     assert 'data-figure="fig-cache-saved"' in section and 'data-figure="fig-cache-endpoints"' in section
     table = section[section.index('id="cache-endpoints"'):]
     assert "chat-api · POST /summarize" in table and "2 hits without a miss to price them" in section
+    # A model filter narrows the request figures, not the cache's (a hit calls no model), and says so.
+    filtered = client.get(f"/?{query}&model=m-unpriced").content.decode()
+    assert "The model filter does not apply here" in filtered and '<span class="num">50.0</span>' in filtered
+    body = client.get(f"/overview.json?{query}&model=m-unpriced").json()
+    assert body["stats"]["requests"] == 6 and body["cache"]["stats"]["hits"] == 5  # the misses and the plain request
+    assert body["cache"]["model_filter_applied"] is False
 
 
 def test_a_user_sent_endpoint_name_is_rendered_escaped(client, make_user, project_with_key):
