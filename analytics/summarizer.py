@@ -139,6 +139,7 @@ def trace_row(*, project_id: int, trace_id: str, spans: list[dict], prices, vers
         "model_input_tokens": {m: v[0] for m, v in summary.by_model.items() if v[0]},
         "model_output_tokens": {m: v[1] for m, v in summary.by_model.items() if v[1]},
         "model_cost_usd": {m: v[2] for m, v in summary.by_model.items() if v[2]},
+        "cache": summary.cache,
     }
     for phase in PHASES:
         row[f"{phase}_ns"] = int(summary.phase_ns.get(phase, 0))

@@ -9,8 +9,8 @@ random trees); the SQL follows it step by step:
    adds up to the trace's ``spans_digest``: a trace whose digest equals its latest summary's has
    received nothing since and is not written again.
 2. **Per-trace aggregates** (root, status, TTFT, tokens, cost with the price table's estimates,
-   per-model maps) are plain ``-If`` aggregates ordered by ``(start, span id)``, as trace_math
-   orders spans.
+   per-model maps, the cache outcome: the highest ``spans.cache``) are plain ``-If`` aggregates
+   ordered by ``(start, span id)``, as trace_math orders spans.
 3. **Exclusive phase time** works on the trace's spans as arrays, in O(n log n):
    - *parent links*: span ids and parent ids are sorted together; ``arrayFill`` carries the last
      span id forward, so a reference finds its parent when the id just before it is the same;
@@ -43,7 +43,7 @@ COLUMNS = (
     "model", "services", "models", "phases", "status", "error_message", "ttft_ns", "tpot_ns", "input_tokens",
     "output_tokens", "cost_usd", "cost_estimated", "span_count", "network_ns", "preprocess_ns", "inference_ns",
     "postprocess_ns", "other_ns", "version", "error_spans", "model_input_tokens", "model_output_tokens",
-    "model_cost_usd", "spans_digest", "loadtest",
+    "model_cost_usd", "spans_digest", "loadtest", "cache",
 )
 
 
@@ -158,7 +158,7 @@ SELECT
     mapFilter((k, v) -> v != 0, mapFromArrays(if(calls_have_tokens, call_out_by.1, all_out_by.1),
                                               if(calls_have_tokens, call_out_by.2, all_out_by.2))) AS model_output_tokens,
     mapFilter((k, v) -> v != 0, mapFromArrays(cost_by.1, cost_by.2)) AS model_cost_usd,
-    digest + {_PRICES_HASH} AS spans_digest, toUInt8(loadtest) AS loadtest
+    digest + {_PRICES_HASH} AS spans_digest, toUInt8(loadtest) AS loadtest, toUInt8(cache_max) AS cache
 FROM (
     SELECT *, {levels}
     FROM (
@@ -228,13 +228,14 @@ FROM (
             groupArray((sid, parent, st, en, {_PRIORITY_SQL}, fallback)) AS sp,
             countIf(fallback = 1 AND parent != '') > 0 AS fallback_children,
             sum(h) AS digest,
-            max(loadtest_run_id != '') AS loadtest
+            max(loadtest_run_id != '') AS loadtest,
+            max(cache_state) AS cache_max
         FROM (
             SELECT trace_id, toString(span_id) AS sid, v.1 AS parent, v.2 AS name, v.3 AS raw_phase,
                 if(raw_phase IN ({_KNOWN_PHASES}), raw_phase, 'other') AS ph, v.4 AS service, v.5 AS model,
                 toInt64(toUnixTimestamp64Nano(v.6)) AS st, toInt64(v.7) AS dur, st + dur AS en,
                 v.8 AS status, v.9 AS status_message, v.10 AS ttft, ifNull(v.11, 0) AS input_tokens, ifNull(v.12, 0) AS output_tokens, v.14 AS loadtest_run_id,
-                v.15 AS fallback,
+                v.15 AS fallback, v.16 AS cache_state,
                 JSONExtract({{prices:String}}, 'Map(String, Array(Float64))') AS price_map,
                 mapContains(price_map, toString(model)) AND (input_tokens > 0 OR output_tokens > 0) AS priced,
                 if(v.13 IS NOT NULL, v.13,
@@ -245,7 +246,7 @@ FROM (
             FROM (
                 SELECT trace_id, span_id,
                     argMax((parent_span_id, name, phase, service, model, start_time, duration_ns, status, status_message,
-                            ttft_ns, input_tokens, output_tokens, cost_usd, loadtest_run_id, phase_fallback), ingested_at) AS v,
+                            ttft_ns, input_tokens, output_tokens, cost_usd, loadtest_run_id, phase_fallback, cache), ingested_at) AS v,
                     {DIGEST_SQL} AS h
                 FROM spans
                 WHERE {_spans_where(trace_filter, span_filter)}

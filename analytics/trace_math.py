@@ -19,7 +19,7 @@ PHASES = ("network", "preprocess", "inference", "postprocess", "other")
 _PRIORITY = {"inference": 5, "network": 4, "preprocess": 3, "postprocess": 2, "other": 1}
 
 # The columns a caller selects from ``spans`` to feed these functions (deduplicate per span_id).
-SPAN_FIELDS_SQL = """span_id, parent_span_id, name, phase, phase_fallback, service, model,
+SPAN_FIELDS_SQL = """span_id, parent_span_id, name, phase, phase_fallback, cache, service, model,
     toUnixTimestamp64Nano(start_time) AS start_ns, duration_ns, status, status_message,
     ttft_ns, input_tokens, output_tokens, cost_usd"""
 
@@ -276,6 +276,9 @@ class TraceSummary:
     error_spans: int = 0  # spans with status error ("spans with errors": its own figure)
     # per model of the spans: (input tokens, output tokens, cost USD); "" for spans without a model
     by_model: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+    # The request's cache outcome (DOMAIN.md "Cache"): 2 when a cache answered any of its spans, 1 when
+    # a span consulted a cache and none hit, 0 when none consulted one (``spans.cache``' highest).
+    cache: int = 0
     # Whether any span reported a token count (the sums above are then 0 for "unknown"); a figure
     # for display only, so it takes no part in comparisons.
     tokens_reported: bool = field(default=True, compare=False)
@@ -364,6 +367,7 @@ def trace_summarize(spans: Iterable[Span], *, prices: Mapping[str, tuple[float, 
         phase_ns=phase_times((), tree=tree),
         error_spans=len(errors),
         by_model={m: (v[0], v[1], v[2]) for m, v in sorted(by_model.items())},
+        cache=max((int(s.get("cache") or 0) for s in all_spans), default=0),
         tokens_reported=any(s.get("input_tokens") is not None or s.get("output_tokens") is not None
                             for s in token_spans),
     )

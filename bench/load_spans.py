@@ -86,7 +86,7 @@ class Generator:
     def _span(self, trace_id, parent, name, phase, service, start, duration, **extra) -> dict:
         row = {
             "project_id": self.project_id, "trace_id": trace_id, "span_id": self._span_id(), "parent_span_id": parent,
-            "name": name, "phase": phase, "phase_fallback": 0, "service": service, "model": "", "start_time": start,
+            "name": name, "phase": phase, "phase_fallback": 0, "cache": 0, "service": service, "model": "", "start_time": start,
             "duration_ns": duration, "status": "ok", "status_message": "", "ttft_ns": None,
             "input_tokens": 0, "output_tokens": 0, "cost_usd": None, "attributes": {},
             "resource_attributes": {"service.name": service, "host.name": f"{service}-{(self.span_counter % 4)}"},

@@ -14,6 +14,7 @@ from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlencode
 
+from analytics.cache_selectors import CacheSavings
 from analytics.engines import EngineSeries, Instance
 from analytics.panel_selectors import LatencyHeatmap, ModelSpend, WindowSeries, WindowStats
 from analytics.rollup_services import HIST_GAMMA
@@ -634,3 +635,71 @@ def compare_figures(a: WindowStats, b: WindowStats, *, label_a: str, label_b: st
     fig.add_bar(x=names, y=values(a), name=label_a, marker_color="#9aa5b1")
     fig.add_bar(x=names, y=values(b), name=label_b, marker_color="#3559e0")
     return {"fig-compare": figure_dict(fig)}
+
+
+# --- cache ---------------------------------------------------------------------------------------
+# What a cache in front of the model saved (DOMAIN.md "Cache"; analytics.cache_selectors): the
+# overview shows the hit rate and the latency a hit saved, the costs page the cost and tokens saved.
+CACHE_TOP_ENDPOINTS = 10  # endpoints in the costs page's bar chart (the JSON has them all)
+
+
+def _label_text(text: str) -> str:
+    """A user-sent name as plotly category text: plotly renders a little HTML there, so escape it."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def cache_overview_kpis(now: CacheSavings, before: CacheSavings) -> list[Kpi]:
+    def pct(v):
+        return None if v is None else 100 * v
+
+    return [
+        Kpi("cache_hit_rate", "Cache hit rate", pct(now.totals.hit_rate), pct(before.totals.hit_rate), "%", True, 1),
+        Kpi("cache_latency_saved", "Latency a hit saved (P50)", now.totals.latency_saved_ms,
+            before.totals.latency_saved_ms, "ms", True, 1),
+    ]
+
+
+def cache_costs_kpis(now: CacheSavings, before: CacheSavings) -> list[Kpi]:
+    return [
+        Kpi("cache_cost_saved", "Saved by the cache", now.totals.cost_saved_usd, before.totals.cost_saved_usd, "USD",
+            True, 4),
+        Kpi("cache_tokens_saved", "Tokens saved", now.totals.tokens_saved, before.totals.tokens_saved, "", True, 0),
+        Kpi("cache_hit_rate", "Cache hit rate", None if now.totals.hit_rate is None else 100 * now.totals.hit_rate,
+            None if before.totals.hit_rate is None else 100 * before.totals.hit_rate, "%", True, 1),
+    ]
+
+
+def cache_overview_figures(savings: CacheSavings, *, filters: dict[str, str]) -> dict[str, dict]:
+    """The hit rate per bucket (bars) and the latency a hit saved (P50 of misses − P50 of hits)."""
+    links = _links(savings.times, savings.step_seconds, {"service": filters.get("service", "")})
+    layout = _time_layout("Cache hit rate and latency a hit saved", savings.start, savings.end, "hit rate %",
+                          yaxis2={"title": {"text": "latency saved ms"}, "overlaying": "y", "side": "right",
+                                  "rangemode": "tozero", "showgrid": False})
+    layout["yaxis"]["range"] = [0, 100]
+    fig = figure(**layout)
+    fig.add_bar(x=savings.times, y=savings.values(lambda b: _r(None if b.hit_rate is None else 100 * b.hit_rate, 2)),
+                name="hit rate %", customdata=links, marker_color="#59a14f")
+    fig.add_scatter(x=savings.times, y=savings.values(lambda b: _r(b.latency_saved_ms, 3)), name="latency saved (P50)",
+                    yaxis="y2", mode="lines+markers", customdata=links, connectgaps=False, line={"color": "#4e79a7"})
+    return {"fig-cache": figure_dict(fig)}
+
+
+def cache_costs_figures(savings: CacheSavings, *, filters: dict[str, str]) -> dict[str, dict]:
+    """Cost and tokens saved per bucket, and the cost saved by the endpoints that saved the most."""
+    links = _links(savings.times, savings.step_seconds, {"service": filters.get("service", "")})
+    over_time = figure(**_time_layout("Saved by the cache (hits × mean cost and tokens of a miss)", savings.start,
+                                      savings.end, "USD",
+                                      yaxis2={"title": {"text": "tokens"}, "overlaying": "y", "side": "right",
+                                              "rangemode": "tozero", "showgrid": False}))
+    over_time.add_bar(x=savings.times, y=savings.values(lambda b: _r(b.cost_saved_usd, 8)), name="cost saved",
+                      customdata=links, marker_color="#59a14f")
+    over_time.add_scatter(x=savings.times, y=savings.values(lambda b: _r(b.tokens_saved, 1)), name="tokens saved",
+                          yaxis="y2", mode="lines+markers", customdata=links, connectgaps=False,
+                          line={"color": "#f28e2b"})
+    top = savings.endpoints[:CACHE_TOP_ENDPOINTS]
+    by_endpoint = figure(height=260, hovermode="closest",
+                         title={"text": "Cost saved by endpoint (service · root span)", "x": 0, "font": {"size": 13}},
+                         xaxis={"type": "category"}, yaxis={"title": {"text": "USD"}, "rangemode": "tozero"})
+    by_endpoint.add_bar(x=[_label_text(e.label) for e in top], y=[_r(e.cost_saved_usd, 8) for e in top],
+                        name="cost saved", marker_color="#59a14f")
+    return {"fig-cache-saved": figure_dict(over_time), "fig-cache-endpoints": figure_dict(by_endpoint)}

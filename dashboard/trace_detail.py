@@ -312,6 +312,9 @@ def trace_get(*, project_id: int, trace_id: str, with_genai_events: bool = False
                                   genai_events=genai_events)
 
 
+CACHE_OUTCOMES = {0: None, 1: "miss", 2: "hit"}  # traces.cache / TraceSummary.cache (definitions.md "Cache")
+
+
 def summary_json(summary: TraceSummary) -> dict:
     return {
         "start_ns": summary.start_ns, "e2e_ns": summary.e2e_ns, "has_root": summary.has_root,
@@ -321,6 +324,7 @@ def summary_json(summary: TraceSummary) -> dict:
         "tpot_ns": summary.tpot_ns, "input_tokens": summary.input_tokens, "output_tokens": summary.output_tokens,
         "cost_usd": summary.cost_usd, "cost_estimated": summary.cost_estimated, "span_count": summary.span_count,
         "phase_ns": {p: summary.phase_ns.get(p, 0) for p in PHASES},
+        "cache": CACHE_OUTCOMES[summary.cache],  # a cache answered a span ("hit"), or was consulted and missed
     }
 
 

@@ -13,7 +13,7 @@ from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 
-from analytics import engines, panel_selectors, rollups, selectors
+from analytics import cache_selectors, engines, panel_selectors, rollups, selectors
 from analytics.rollups import PROJECTION_DAYS
 from projects.scope import current_project
 from store import StoreError, get_store
@@ -337,11 +337,35 @@ def _current_windows(window: TimeWindow) -> tuple[TimeWindow, TimeWindow]:
     return current, current.previous()
 
 
+def _cache_reads(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
+    """The cache figures of the window (with their series) and of the previous one, as reads for
+    ``reads_concurrently``. The model filter does not apply (a hit calls no model: see
+    analytics.cache_selectors)."""
+    previous = window.previous()
+    return {
+        "cache": lambda: cache_selectors.cache_savings(project_id=project_id, start=window.start, end=window.end,
+                                                       service=filters["service"]),
+        "cache_before": lambda: cache_selectors.cache_savings(project_id=project_id, start=previous.start,
+                                                              end=previous.end, service=filters["service"],
+                                                              series=False),
+    }
+
+
+def _cache_panel(r: dict, filters: dict[str, str], kpis, figures) -> dict:
+    """What the page's cache section shows: the figures, tiles and charts (none when no request of
+    the window consulted a cache: the page says so in one line)."""
+    now = r["cache"]
+    return {"savings": now, "previous": r["cache_before"], "kpis": kpis(now, r["cache_before"]),
+            "figures": figures(now, filters=filters) if now.totals.consulted else {},
+            "model_ignored": bool(filters.get("model"))}
+
+
 def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
     previous = window.previous()
     current, current_before = _current_windows(window)
     r = panel_selectors.reads_concurrently(
+        **_cache_reads(project_id, window, filters),
         now=lambda: rollups.window_stats(**args),
         before=lambda: rollups.window_stats(**{**args, "start": previous.start, "end": previous.end}),
         rates=lambda: rollups.request_rates(project_id=project_id, spans=[(current.start, current.end),
@@ -353,7 +377,8 @@ def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> d
     current_rate, before_rate = r["rates"]
     return {"stats": r["now"], "previous": r["before"], "series": r["series"], "current": current_rate,
             "kpis": panels.overview_kpis(r["now"], r["before"], current_rate, before_rate),
-            "figures": panels.overview_figures(r["series"], r["heatmap"], filters=filters), "facets": r["facets"]}
+            "figures": panels.overview_figures(r["series"], r["heatmap"], filters=filters), "facets": r["facets"],
+            "cache": _cache_panel(r, filters, panels.cache_overview_kpis, panels.cache_overview_figures)}
 
 
 @login_required
@@ -398,6 +423,31 @@ def _stats_json(stats) -> dict:
     }
 
 
+def _cache_figures_json(f) -> dict:
+    return {"consulted": f.consulted, "hits": f.hits, "misses": f.misses, "hit_rate": f.hit_rate,
+            "latency_saved_ms": f.latency_saved_ms, "cost_saved_usd": f.cost_saved_usd, "tokens_saved": f.tokens_saved,
+            "hits_unpriced": f.hits_unpriced}
+
+
+def _cache_json(cache: dict, bar: FilterBar) -> dict:
+    """The page's cache figures (DOMAIN.md "Cache"): window, previous window, tiles, series, endpoints."""
+    savings = cache["savings"]
+    return {
+        "ever": savings.ever,
+        "model_filter_applied": False,  # a hit calls no model, so no request filter by model can keep it
+        "stats": _cache_figures_json(savings.totals), "previous": _cache_figures_json(cache["previous"].totals),
+        "kpis": [_kpi_json(k, bar) for k in cache["kpis"]],
+        "series": {"step_seconds": savings.step_seconds, "times": [t.isoformat() for t in savings.times],
+                   "buckets": [None if b is None else _cache_figures_json(b) for b in savings.buckets]},
+        "endpoints": [{"service": e.service, "root_name": e.root_name, "consulted": e.consulted, "hits": e.hits,
+                       "misses": e.misses, "hit_rate": e.hit_rate, "hit_p50_ms": e.hit_p50_ms,
+                       "miss_p50_ms": e.miss_p50_ms, "latency_saved_ms": e.latency_saved_ms,
+                       "miss_cost_mean_usd": e.miss_cost_mean_usd, "cost_saved_usd": e.cost_saved_usd,
+                       "miss_tokens_mean": e.miss_tokens_mean, "tokens_saved": e.tokens_saved}
+                      for e in savings.endpoints],
+    }
+
+
 def _series_json(series) -> dict:
     return {"step_seconds": series.step_seconds, "times": [t.isoformat() for t in series.times],
             "buckets": [None if b is None else _stats_json(b) for b in series.buckets]}
@@ -413,7 +463,8 @@ def overview_json(request):
                 "current": {"label": panels.current_label(current.seconds), "seconds": current.seconds,
                             "requests": current.requests, "rps": current.rps},
                 "kpis": [_kpi_json(k, bar) for k in data["kpis"]],
-                "series": _series_json(data["series"]), "figures": data["figures"]}
+                "series": _series_json(data["series"]), "figures": {**data["figures"], **data["cache"]["figures"]},
+                "cache": _cache_json(data["cache"], bar)}
 
     return _panel_json(request, build)
 
@@ -430,6 +481,7 @@ def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
     previous = window.previous()
     r = panel_selectors.reads_concurrently(
+        **_cache_reads(project_id, window, filters),
         now=lambda: rollups.window_stats(**args),
         before=lambda: rollups.window_stats(**{**args, "start": previous.start, "end": previous.end}),
         series=lambda: rollups.window_series(**args),
@@ -443,7 +495,7 @@ def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict
             "kpis": panels.costs_kpis(r["now"], r["before"]), "projection": projection, "model_totals": r["totals"],
             "projected_monthly_usd": projection.projected_monthly, "projection_basis_usd": projection.cost_covered,
             "figures": panels.costs_figures(r["series"], r["spend"], filters=filters, totals=r["totals"]),
-            "facets": r["facets"]}
+            "facets": r["facets"], "cache": _cache_panel(r, filters, panels.cache_costs_kpis, panels.cache_costs_figures)}
 
 
 @login_required
@@ -480,7 +532,7 @@ def costs(request):
 @json_login_required
 def costs_json(request):
     """GET /costs.json?range=…&service=…&model=… — the costs page's numbers and figures."""
-    def build(project_id, window, filters, _bar):
+    def build(project_id, window, filters, bar):
         data = _costs(project_id, window, filters)
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
                 "projected_monthly_usd": data["projected_monthly_usd"],
@@ -488,7 +540,8 @@ def costs_json(request):
                 "projection_covered_seconds": data["projection"].covered_seconds,
                 "by_model": [{"model": t.model, "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
                               "cost_usd": t.cost_usd} for t in data["model_totals"]],
-                "series": _series_json(data["series"]), "figures": data["figures"]}
+                "series": _series_json(data["series"]), "figures": {**data["figures"], **data["cache"]["figures"]},
+                "cache": _cache_json(data["cache"], bar)}
 
     return _panel_json(request, build)
 

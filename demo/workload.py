@@ -5,7 +5,13 @@ Each request is one trace across two services, with all four phases: the API gat
 (``network``), the RAG service retrieves context and builds the prompt (``preprocess``), the chat
 model answers over a streamed completion (``inference``, TTFT and tokens recorded by
 ``tracedash_sdk.stream``), and the answer is moderated and formatted (``postprocess``). Model calls
-that fail with 429/503/500 are retried with backoff, so error and retry spans appear too. Django-free.
+that fail with 429/503/500 are retried with backoff, so error and retry spans appear too.
+
+A semantic cache sits in front of retrieval and the model (``tracer.cache("semantic")``): users ask
+a few questions far more often than the rest (a Zipf-like popularity over ``INTENTS``, phrased
+differently each time), the cache keeps the answers of the last ``CACHE_ENTRIES`` questions, and a
+hit answers in a few milliseconds without calling the simulator. About 28 % of requests are hits
+once it is warm (LRU over that popularity; ``tests/test_demo_cache.py`` measures it). Django-free.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import json
 import random
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -28,6 +35,51 @@ QUESTIONS = [
     "Why is P95 latency higher on Mondays?", "Write a SQL query for the top customers by revenue.",
     "Explain time to first token like I'm five.", "Draft a polite reply declining the meeting.",
 ]
+# What users ask, most popular first after a fixed shuffle: each base question about each topic.
+_TOPICS = ["", " for the mobile app", " in the EU region", " on the free plan", " for the enterprise team",
+           " with SSO enabled", " after the last release", " in under a minute"]
+INTENTS = [q[:-1] + topic + "?" for q in QUESTIONS for topic in _TOPICS]
+random.Random(7).shuffle(INTENTS)
+_POPULARITY = [1 / (rank + 1) ** 0.8 for rank in range(len(INTENTS))]  # Zipf-like, exponent 0.8
+CACHE_ENTRIES = 8  # answers the semantic cache keeps (least recently used go first)
+
+
+def semantic_key(question: str) -> str:
+    """What the cache matches on: the question without case, punctuation and extra spaces (a
+    stand-in for an embedding's nearest neighbour: "How do I reset my password?" and "how do i
+    reset my password" are the same question)."""
+    return " ".join("".join(c for c in question.lower() if c.isalnum() or c.isspace()).split())
+
+
+class SemanticCache:
+    """A small LRU of answers by ``semantic_key``, shared by the demo's threads."""
+
+    def __init__(self, entries: int = CACHE_ENTRIES):
+        self.entries = entries
+        self._answers: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, question: str) -> str | None:
+        key = semantic_key(question)
+        with self._lock:
+            answer = self._answers.get(key)
+            if answer is not None:
+                self._answers.move_to_end(key)
+            return answer
+
+    def put(self, question: str, answer: str) -> None:
+        with self._lock:
+            self._answers[semantic_key(question)] = answer
+            self._answers.move_to_end(semantic_key(question))
+            while len(self._answers) > self.entries:
+                self._answers.popitem(last=False)
+
+
+def _phrased(rng: random.Random, question: str) -> str:
+    """The same question as a user might type it."""
+    return rng.choice([question, question.lower(), question.rstrip("?"), "  " + question.lower().rstrip("?") + " ?"])
+
+
 # Price per million tokens (input, output) in USD, so the demo shows costs.
 MODELS = {"gpt-4o-mini": (0.15, 0.60), "llama-3.1-70b": (0.59, 0.79), "claude-haiku": (0.80, 4.00)}
 
@@ -90,13 +142,15 @@ class DemoStats:
     requests: int = 0
     errors: int = 0
     retries: int = 0
+    cache_hits: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, *, error: bool, retries: int) -> None:
+    def add(self, *, error: bool, retries: int, cache_hit: bool = False) -> None:
         with self.lock:
             self.requests += 1
             self.errors += int(error)
             self.retries += retries
+            self.cache_hits += int(cache_hit)
 
 
 class DemoApp:
@@ -106,6 +160,7 @@ class DemoApp:
         self.rng = random.Random(seed)
         self.pace = pace  # multiplies the app's own (non-model) delays; 0 makes them instant
         self.stats = DemoStats()
+        self.cache = SemanticCache()
 
     def _sleep(self, low_ms: float, high_ms: float) -> None:
         if self.pace:
@@ -114,7 +169,7 @@ class DemoApp:
     def handle_request(self) -> None:
         """One user request = one trace."""
         tracer, rng = self.tracer, self.rng
-        question = rng.choice(QUESTIONS)
+        question = _phrased(rng, rng.choices(INTENTS, weights=_POPULARITY)[0])
         model = rng.choices(list(MODELS), weights=[6, 2, 2])[0]
         retries, failed = 0, False
         with tracer.trace("POST /v1/chat", service="chat-api", attributes={"http.route": "/v1/chat",
@@ -122,32 +177,39 @@ class DemoApp:
             with root.phase("network"):
                 # a slow client now and then (1 %: beyond the P95 the network rule watches)
                 self._sleep(5, 40 if rng.random() > 0.01 else 400)
-            with tracer.trace("rag.retrieve", service="rag-service") as rag:
-                with rag.phase("preprocess"):
-                    self._sleep(15, 60)
-                    rag.set_attribute("rag.documents", rng.randint(2, 8))
-                with tracer.span("vector-db.query", phase="network", attributes={"db.system": "qdrant"}):
-                    self._sleep(3, 25)
-            prompt = f"Context: {' '.join(rng.sample(QUESTIONS, 3))}\nQuestion: {question}"
-            for attempt in range(3):
-                try:
-                    self._call_model(model, prompt, attempt)
-                    break
-                except (ModelError, OSError) as exc:
-                    retries += 1
-                    if attempt == 2 or (isinstance(exc, ModelError) and exc.status < 429):
-                        root.record_exception(exc)
-                        failed = True
+            with root.cache("semantic") as lookup:  # embedding + nearest neighbour: a few ms
+                self._sleep(1, 4)
+                answer = self.cache.get(question)
+                hit = lookup.hit = answer is not None
+            if answer is None:
+                with tracer.trace("rag.retrieve", service="rag-service") as rag:
+                    with rag.phase("preprocess"):
+                        self._sleep(15, 60)
+                        rag.set_attribute("rag.documents", rng.randint(2, 8))
+                    with tracer.span("vector-db.query", phase="network", attributes={"db.system": "qdrant"}):
+                        self._sleep(3, 25)
+                prompt = f"Context: {' '.join(rng.sample(QUESTIONS, 3))}\nQuestion: {question}"
+                for attempt in range(3):
+                    try:
+                        answer = self._call_model(model, prompt, attempt)
                         break
-                    time.sleep(0.05 * 2 ** attempt)
+                    except (ModelError, OSError) as exc:
+                        retries += 1
+                        if attempt == 2 or (isinstance(exc, ModelError) and exc.status < 429):
+                            root.record_exception(exc)
+                            failed = True
+                            break
+                        time.sleep(0.05 * 2 ** attempt)
+                if not failed:
+                    self.cache.put(question, answer)
             if not failed:
                 with root.phase("postprocess"):
                     self._sleep(5, 30)
                     with tracer.span("moderation", phase="postprocess"):
                         self._sleep(2, 15)
-        self.stats.add(error=failed, retries=retries)
+        self.stats.add(error=failed, retries=retries, cache_hit=hit)
 
-    def _call_model(self, model: str, prompt: str, attempt: int) -> None:
+    def _call_model(self, model: str, prompt: str, attempt: int) -> str:
         price_in, price_out = MODELS[model]
         with self.tracer.span(f"chat {model}", phase="inference", model=model,
                               attributes={"gen_ai.operation.name": "chat", "gen_ai.prompt": prompt,
@@ -163,6 +225,7 @@ class DemoApp:
                 span.set_tokens(input=usage["prompt_tokens"], output=usage["completion_tokens"])
                 span.set_cost((usage["prompt_tokens"] * price_in + usage["completion_tokens"] * price_out) / 1e6)
             span.set_attribute("gen_ai.completion", "".join(text)[:2000])
+            return "".join(text)
 
 
 class DemoLoop:

@@ -66,7 +66,9 @@ _DESCRIPTIONS: dict[str, tuple[str, dict[str, str]]] = {
                             "Absent means unknown, never 0.",
             "output_tokens": "Output (completion) tokens; a non-negative whole number. Absent means unknown, never 0.",
             "cost_usd": "Cost in US dollars; a non-negative number. Absent means unknown, never 0.",
-            "attributes": "The span's attributes. " + _ATTRIBUTES,
+            "attributes": "The span's attributes. " + _ATTRIBUTES + " On the span that consulted a cache in front of "
+                          "the model, the boolean `tracedash.cache.hit` says whether the cache answered (`true`) or "
+                          "missed (`false`); any other value rejects the span (optional `tracedash.cache.name`).",
             "resource_attributes": "Attributes of the resource (process, host) that produced the span. " + _ATTRIBUTES,
             "resource": "Alias of `resource_attributes`, used when `resource_attributes` is absent.",
             "events": f"Events within the span (at most {_LIMITS.max_events}), each `{{\"name\", \"time\", "

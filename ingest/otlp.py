@@ -23,6 +23,8 @@ Both encodings are first turned into the same plain form (``OtlpSpan``, ``OtlpPo
   else Langfuse's ``langfuse.observation.completion_start_time`` minus the span's start.
 - cost: ``gen_ai.usage.cost``, ``llm.cost.total`` (USD), else Langfuse's
   ``langfuse.observation.cost_details`` (JSON: ``total``, else the sum of its entries, as Langfuse sums them).
+- cache: ``tracedash.cache.hit``, ``gen_ai.cache.hit``, ``cache.hit`` (booleans), else a gateway's
+  captured cache-status header (Portkey, Helicone): ``ingest.schemas.cache_state``, as for native spans.
 - status: OTLP ``STATUS_CODE_ERROR``, or Langfuse's ``langfuse.observation.level`` ``ERROR``, is
   ``error`` with the status message (OTLP's, else ``langfuse.observation.status_message``).
 - logs: only GenAI events (event name ``gen_ai.*``, from the record's ``event_name`` or its
@@ -53,7 +55,7 @@ from agent.engines import is_engine_metric
 from agent.engines import samples_rows as engine_samples_rows
 
 from .schemas import (MAX_BYTES, MAX_COST_USD, MAX_DURATION_NS, MAX_LABEL_CHARS, MAX_NAME_CHARS, PHASES, FieldError,
-                      Limits, engine_sample_row, flatten_attributes, parse_time_ns)
+                      Limits, cache_state, engine_sample_row, flatten_attributes, parse_time_ns)
 
 PROTOBUF = "application/x-protobuf"
 SPAN_KIND_CLIENT = 3
@@ -494,6 +496,7 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
         "name": span.name,
         "phase": phase,
         "phase_fallback": int(phase_fallback),
+        "cache": cache_state(attributes),  # the same rules as the native API (ingest.schemas)
         "service": _service(span),
         "model": model[:256],
         "start_time": start_ns,

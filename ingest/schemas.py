@@ -172,6 +172,88 @@ def flatten_attributes(value, field: str, limits: Limits) -> dict[str, str]:
     return out
 
 
+# --- what a span says of a cache in front of the model (``spans.cache``, docs/otlp.md "Caches") ---
+CACHE_NONE, CACHE_MISS, CACHE_HIT = 0, 1, 2
+# Boolean attributes, first present wins: tracedash's own, then the names instrumented apps and
+# gateways set on the span that looked the answer up (no OpenTelemetry convention exists yet).
+CACHE_HIT_KEYS = ("tracedash.cache.hit", "gen_ai.cache.hit", "cache.hit")
+# Gateways that answer from their own cache say so in a response header; OpenTelemetry HTTP client
+# instrumentations capture it as ``http.response.header.<name>`` (a list of strings) when told to.
+# Statuses not listed (Portkey's DISABLED, REFRESH: no lookup was made) say nothing.
+CACHE_STATUS_HEADERS = {
+    "http.response.header.x-portkey-cache-status": {"HIT": CACHE_HIT, "SEMANTIC HIT": CACHE_HIT,
+                                                    "MISS": CACHE_MISS, "SEMANTIC MISS": CACHE_MISS},
+    "http.response.header.helicone-cache": {"HIT": CACHE_HIT, "MISS": CACHE_MISS},
+}
+_TRUE, _FALSE = frozenset(("true", "1")), frozenset(("false", "0"))
+
+
+def _cache_flag(value) -> bool | None:
+    """A boolean attribute as sent: a bool, 1/0, or its text (``true``/``false``, any case, as the
+    native API flattens a JSON boolean); None for anything else."""
+    kind = type(value)
+    if kind is bool:
+        return value
+    if kind is int and value in (0, 1):
+        return bool(value)
+    if kind is str:
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    return None
+
+
+def _header_value(value) -> str:
+    """A captured header (a list of strings, or that list as JSON text once flattened) as its first value."""
+    if isinstance(value, str) and value.startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, list):
+        value = value[0] if value else ""
+    return value.split(",")[0].strip().upper() if isinstance(value, str) else ""
+
+
+def _mentions_cache(attributes) -> bool:
+    """Whether any cache attribute is there: the five lookups written out, ~0.1 µs a span whatever
+    its number of attributes (the common span says nothing of a cache; bench/cache_figures.py)."""
+    return ("tracedash.cache.hit" in attributes or "gen_ai.cache.hit" in attributes or "cache.hit" in attributes
+            or "http.response.header.x-portkey-cache-status" in attributes
+            or "http.response.header.helicone-cache" in attributes)
+
+
+assert {*CACHE_HIT_KEYS, *CACHE_STATUS_HEADERS} == {"tracedash.cache.hit", "gen_ai.cache.hit", "cache.hit",
+                                                    "http.response.header.x-portkey-cache-status",
+                                                    "http.response.header.helicone-cache"}, "update _mentions_cache"
+
+
+def cache_state(attributes) -> int:
+    """``spans.cache`` of a span's attributes (raw OTLP values or the native API's flattened text):
+    ``CACHE_HIT`` when a cache answered, ``CACHE_MISS`` when one was consulted and missed,
+    ``CACHE_NONE`` when the span says nothing of a cache. A cache-hit attribute that is not a
+    boolean rejects the span, naming the attribute (an unset value, null or "", says nothing)."""
+    if not attributes or not _mentions_cache(attributes):
+        return CACHE_NONE
+    for key in CACHE_HIT_KEYS:
+        value = attributes.get(key)
+        if value is None or value == "":
+            continue
+        hit = _cache_flag(value)
+        if hit is None:
+            raise FieldError(f"attributes.{key}", f"expected a boolean (true or false), got {str(value)[:64]!r}")
+        return CACHE_HIT if hit else CACHE_MISS
+    for key, statuses in CACHE_STATUS_HEADERS.items():
+        value = attributes.get(key)
+        if value is not None:
+            state = statuses.get(_header_value(value))
+            if state is not None:
+                return state
+    return CACHE_NONE
+
+
 Hex32 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}\\Z")]
 Hex16 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{16}\\Z")]
 Label = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_CHARS)]
@@ -366,6 +448,7 @@ def _span_row(span, project_id: int, limits: Limits, attributes: dict, resource:
         "name": span.name,
         "phase": span.phase or "other",
         "phase_fallback": 0 if span.phase else 1,  # no phase given: part of a model call it lies beneath
+        "cache": cache_state(attributes),
         "service": span.service or "unknown",
         "model": span.model or "",
         "start_time": start_ns,

@@ -102,6 +102,11 @@ SPANS = Table(
         # client span => network, else other): beneath a model call such a span is part of the call
         # and counts as inference (migration 0016). 0 for a stated phase and for older rows.
         Column("phase_fallback", "UInt8"),
+        # What the span says of a cache in front of the model (migration 0018), mapped at ingestion
+        # from ``tracedash.cache.hit`` and the conventions of docs/otlp.md: 0 no cache consulted (or
+        # nothing said), 1 consulted and missed, 2 the cache answered. A column of its own, so the
+        # cache figures never read the attributes (prompts). Older rows get 0.
+        Column("cache", "UInt8"),
         Column("service", "LowCardinality(String)"),
         Column("model", "LowCardinality(String)"),
         Column("start_time", DATETIME_NS, "DoubleDelta, ZSTD(1)"),
@@ -132,7 +137,7 @@ SPANS = Table(
         "idx_duration duration_ns TYPE minmax GRANULARITY 4",
     ),
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
-    added_columns=(("phase_fallback", 0),),
+    added_columns=(("phase_fallback", 0), ("cache", 0)),
 )
 
 # GenAI events that arrive as OTLP log records (``POST /v1/logs``: prompts, completions, tool
@@ -262,6 +267,10 @@ TRACES = Table(
         # from (migration 0013): equal for the trace's spans now means nothing arrived since.
         Column("spans_digest", "UInt64", "", "0"),  # 0: written by trace_row (seeds), never a digest
         Column("loadtest", "UInt8", "", "0"),  # a span carries loadtest.run_id: load-test traffic (no paging)
+        # The request's cache outcome (migration 0018): the highest ``spans.cache`` of its spans, so 2
+        # (hit) when any span was answered by a cache, 1 (miss) when one consulted a cache and none
+        # hit, 0 when none consulted one. Summaries written before are 0 until summarised again.
+        Column("cache", "UInt8"),
     ),
     engine="ReplacingMergeTree(version)",
     order_by="(project_id, trace_id)",

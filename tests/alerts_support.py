@@ -38,7 +38,7 @@ def span(project_id, trace_id, *, start, duration_ms, parent="", phase="other", 
          status="ok", ttft_ms=None, span_id=None):
     return {
         "project_id": project_id, "trace_id": trace_id, "span_id": span_id or secrets.token_hex(8),
-        "parent_span_id": parent, "name": phase, "phase": phase, "phase_fallback": 0, "service": service, "model": model,
+        "parent_span_id": parent, "name": phase, "phase": phase, "phase_fallback": 0, "cache": 0, "service": service, "model": model,
         "start_time": ns(start), "duration_ns": int(duration_ms * 1e6), "status": status, "status_message": "",
         "ttft_ns": None if ttft_ms is None else int(ttft_ms * 1e6), "input_tokens": 0, "output_tokens": 0,
         "cost_usd": None, "attributes": {}, "resource_attributes": {}, "event_times": [], "event_names": [],

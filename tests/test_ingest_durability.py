@@ -77,19 +77,22 @@ def test_replaying_a_segment_twice_stores_it_once(tmp_path, project_with_key):
         writer.stop()
 
 
-def test_a_segment_spooled_before_an_upgrade_added_a_column_is_replayed(tmp_path, project_with_key):
-    """A segment written by the previous release lacks the columns added since (``phase_fallback``):
-    it is replayed with their value for old rows, not refused and quarantined."""
+@pytest.mark.parametrize("missing", [("cache",), ("phase_fallback", "cache")], ids=["before-0018", "before-0016"])
+def test_a_segment_spooled_before_an_upgrade_added_a_column_is_replayed(tmp_path, project_with_key, missing):
+    """A segment written by an earlier release lacks the columns added since (``cache``, migration
+    0018; before 0016 also ``phase_fallback``): it is replayed with their value for old rows, not
+    refused and quarantined."""
     project, _ = project_with_key()
     spool = Spool(tmp_path / "slot-0", max_bytes=10**8)
     writer = IngestWriter(spool)
     try:
-        rows = [{k: v for k, v in row.items() if k != "phase_fallback"} for row in rows_for(project.pk, 2)]
+        rows = [{k: v for k, v in row.items() if k not in missing} for row in rows_for(project.pk, 2)]
+        assert all(name not in rows[0] for name in missing)
         spool.append("spans", "segment-before-upgrade", rows)
         assert writer.replay(spool) and spool.pending() == 0
-        stored = get_store().query("SELECT phase_fallback FROM spans WHERE project_id = {p:UInt64}",
+        stored = get_store().query("SELECT phase_fallback, cache FROM spans WHERE project_id = {p:UInt64}",
                                    {"p": project.pk}, tag="tests.count").dicts()
-        assert [r["phase_fallback"] for r in stored] == [0] * len(rows)
+        assert [(r["phase_fallback"], r["cache"]) for r in stored] == [(0, 0)] * len(rows)
     finally:
         writer.stop()
 

@@ -82,3 +82,29 @@ def test_on_cluster_variant_uses_replicated_engines():
             in sql)
     assert "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/resource_samples', '{replica}')" in sql
     assert "toIntervalDay(7)" in sql
+
+
+def test_0018_adds_the_cache_columns_to_a_store_that_predates_it(fresh_store):
+    """A store at 0017 (no cache columns, the view without them) is brought to the registry's schema
+    by 0018 alone, and the view copies the new column into ``traces_by_start``."""
+    from store.schema import SPANS, TRACES, TRACES_BY_START
+
+    ctx = MigrationContext(retention_days=30)
+    migrate(fresh_store, ctx)
+    before = [c.name for c in TRACES.columns if c.name != "cache"]
+    fresh_store.command("DROP VIEW IF EXISTS traces_by_start_mv", tag="tests.downgrade")
+    for table in ("spans", "traces", "traces_by_start"):
+        fresh_store.command(f"ALTER TABLE {table} DROP COLUMN cache", tag="tests.downgrade")
+    fresh_store.command("CREATE MATERIALIZED VIEW traces_by_start_mv TO traces_by_start AS SELECT "
+                        + ", ".join(f"`{n}`" for n in before) + " FROM traces", tag="tests.downgrade")
+    migration = next(m for m in discover() if m.name.startswith("0018"))
+    for statement in migration.statements(ctx):
+        fresh_store.command(statement, tag="tests.upgrade")
+    for table in (SPANS, TRACES, TRACES_BY_START):
+        result = fresh_store.query(
+            "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = {t:String} ORDER BY position",
+            {"t": table.name}, tag="tests.columns")
+        assert result.rows == [(c.name, c.type) for c in table.columns], table.name
+    fresh_store.command("INSERT INTO traces (project_id, trace_id, version, cache) VALUES (1, {t:String}, 1, 2)",
+                        {"t": "a" * 32}, tag="tests.upgrade")
+    assert fresh_store.query("SELECT cache FROM traces_by_start WHERE project_id = 1", tag="tests.upgrade").scalar() == 2

@@ -47,7 +47,7 @@ BASE_DT = datetime.fromtimestamp(BASE_NS // 10**9, tz=timezone.utc)
 def _span_row(**overrides):
     row = {
         "project_id": 1, "trace_id": secrets.token_hex(16), "span_id": secrets.token_hex(8), "parent_span_id": "",
-        "name": "chat", "phase": "inference", "phase_fallback": 0, "service": "api", "model": "m", "start_time": BASE_NS,
+        "name": "chat", "phase": "inference", "phase_fallback": 0, "cache": 0, "service": "api", "model": "m", "start_time": BASE_NS,
         "duration_ns": 5_000_000, "status": "ok", "status_message": "", "ttft_ns": None, "input_tokens": 3,
         "output_tokens": 4, "cost_usd": None, "attributes": {}, "resource_attributes": {},
         "event_times": [], "event_names": [], "event_attributes": [],

@@ -47,6 +47,8 @@ def a_trace(draw):
                                            "queue"])),
             # no stated phase: beneath a model call (through other such spans) it counts as inference
             "phase_fallback": draw(st.sampled_from([0, 0, 1])),
+            # what it says of a cache: nothing, a miss, or the cache answered (a request is a hit when any span is)
+            "cache": draw(st.sampled_from([0, 0, 0, 1, 2])),
             "service": draw(st.sampled_from(["api", "worker", ""])),
             "model": draw(st.sampled_from(["m1", "m2", ""])),
             # microsecond grid: ties and touching intervals happen often
@@ -67,7 +69,7 @@ def _row(project_id, trace_id, span, base_ns):
     return {
         "project_id": project_id, "trace_id": trace_id, "span_id": span["span_id"],
         "parent_span_id": span["parent_span_id"], "name": span["name"], "phase": span["phase"],
-        "phase_fallback": span.get("phase_fallback", 0),
+        "phase_fallback": span.get("phase_fallback", 0), "cache": span.get("cache", 0),
         "service": span["service"], "model": span["model"], "start_time": base_ns + span["start_ns"],
         "duration_ns": span["duration_ns"], "status": span["status"], "status_message": span["status_message"],
         "ttft_ns": span["ttft_ns"], "input_tokens": span["input_tokens"], "output_tokens": span["output_tokens"],
@@ -95,6 +97,7 @@ def expected(spans, base_ns):
         "model_input_tokens": {m: v[0] for m, v in summary.by_model.items() if v[0]},
         "model_output_tokens": {m: v[1] for m, v in summary.by_model.items() if v[1]},
         "model_cost_usd": {m: v[2] for m, v in summary.by_model.items() if v[2]},
+        "cache": summary.cache,
     }
     figures.update({f"{phase}_ns": summary.phase_ns[phase] for phase in PHASES})
     return figures

@@ -17,9 +17,9 @@ from __future__ import annotations
 from ._encode import span_to_dict
 from ._exporter import BatchExporter, InMemoryExporter, SpanExporter
 from ._openai import instrument_openai
-from ._span import PHASES, NonRecordingSpan, Span, SpanContext, current_span
+from ._span import PHASES, CacheLookup, NonRecordingSpan, Span, SpanContext, current_span
 from ._stream import AsyncTracedStream, TracedStream, astream, stream
-from ._tracer import CapturedContext, Tracer, configure, get_tracer, parse_traceparent, wrap
+from ._tracer import CapturedContext, Tracer, cache, configure, get_tracer, parse_traceparent, wrap
 
 __version__ = "0.1.0"
 
@@ -27,6 +27,7 @@ __all__ = [
     "PHASES",
     "AsyncTracedStream",
     "BatchExporter",
+    "CacheLookup",
     "CapturedContext",
     "InMemoryExporter",
     "NonRecordingSpan",
@@ -36,6 +37,7 @@ __all__ = [
     "TracedStream",
     "Tracer",
     "astream",
+    "cache",
     "configure",
     "current_span",
     "get_tracer",

@@ -228,6 +228,9 @@ class NonRecordingSpan(_SpanBase):
         check_phase(phase)
         return NonRecordingSpan(None, None, self)
 
+    def cache(self, name: Optional[str] = None, attributes: Optional[Mapping[str, Any]] = None) -> "CacheLookup":
+        return CacheLookup(NonRecordingSpan(None, None, self))
+
     def end(self, end_time: Optional[int] = None) -> None:
         pass
 
@@ -391,6 +394,11 @@ class Span(_SpanBase):
         check_phase(phase)
         return self._tracer.span(name or phase, phase=phase, parent=self)
 
+    def cache(self, name: Optional[str] = None, attributes: Optional[Mapping[str, Any]] = None) -> "CacheLookup":
+        """A child span for a cache lookup in front of the model (see :class:`CacheLookup`):
+        ``with t.cache("semantic") as c: c.hit = ...``."""
+        return self._tracer.cache(name, attributes=attributes, parent=self)
+
     @property
     def duration_ns(self) -> Optional[int]:
         """Nanoseconds from start to end (``None`` while the span runs)."""
@@ -411,6 +419,57 @@ class Span(_SpanBase):
     def __repr__(self) -> str:
         return (f"Span(name={self.name!r}, phase={self.phase_name!r}, trace_id={self.trace_id!r}, "
                 f"span_id={self.span_id!r}, parent_span_id={self.parent_span_id!r}, ended={self.ended!r})")
+
+
+CACHE_HIT_ATTRIBUTE = "tracedash.cache.hit"
+CACHE_NAME_ATTRIBUTE = "tracedash.cache.name"
+
+
+class CacheLookup:
+    """The span of one cache lookup in front of the model (``Tracer.cache``): phase ``preprocess``,
+    named ``cache <name>`` (``cache`` without a name), with ``tracedash.cache.name``.
+
+    Set :attr:`hit` inside the block — ``True`` when the cache answered, ``False`` when it missed —
+    and the span carries ``tracedash.cache.hit``, which the server's cache figures count (a request
+    is a hit when any of its spans is). Until it is set, the span says nothing about a hit: a lookup
+    that raised, or that was skipped, is neither. Setting it again replaces the value; ``None``
+    removes it. Everything else (``set_attribute``, ``add_event``, ``span_id`` …) is the span's.
+    """
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: "AnySpan"):
+        self.span = span
+
+    @property
+    def hit(self) -> Optional[bool]:
+        attributes = getattr(self.span, "attributes", None)
+        return None if not attributes else attributes.get(CACHE_HIT_ATTRIBUTE)
+
+    @hit.setter
+    def hit(self, value: Any) -> None:
+        span = self.span
+        if value is None:
+            if span.is_recording and not span.ended and span.attributes:
+                span.attributes.pop(CACHE_HIT_ATTRIBUTE, None)
+            return
+        span.set_attribute(CACHE_HIT_ATTRIBUTE, bool(value))
+
+    def __enter__(self) -> "CacheLookup":
+        self.span.__enter__()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        return self.span.__exit__(exc_type, exc, tb)
+
+    def end(self, end_time: Optional[int] = None) -> None:
+        self.span.end(end_time)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.span, name)
+
+    def __repr__(self) -> str:
+        return f"CacheLookup(hit={self.hit!r}, span={self.span!r})"
 
 
 AnySpan = Union[Span, NonRecordingSpan]

@@ -12,8 +12,8 @@ import threading
 from typing import Any, Callable, Iterable, Mapping, MutableMapping, Optional, TypeVar, Union
 
 from ._exporter import BatchExporter, SpanExporter
-from ._span import (_CURRENT, AnySpan, NonRecordingSpan, Parent, Span, SpanContext, check_phase,
-                    current_span, new_trace_id)
+from ._span import (_CURRENT, CACHE_NAME_ATTRIBUTE, AnySpan, CacheLookup, NonRecordingSpan, Parent, Span, SpanContext,
+                    check_phase, current_span, new_trace_id)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,6 +86,23 @@ class Tracer:
         return self.span(name, phase=phase, model=model, attributes=attributes, service=service, parent=parent)
 
     start_span = span
+
+    def cache(self, name: Optional[str] = None, attributes: Optional[Mapping[str, Any]] = None, *,
+              parent: Parent = None) -> CacheLookup:
+        """A cache lookup in front of the model: a ``preprocess`` span named ``cache <name>``
+        (child of ``parent`` or the current span) whose ``hit`` you set in the block::
+
+            with tracer.cache("semantic") as c:
+                answer = lookup(question)
+                c.hit = answer is not None
+
+        ``tracedash.cache.hit`` is sent only once ``hit`` is set; ``tracedash.cache.name`` is ``name``."""
+        span_attributes = dict(attributes) if attributes else {}
+        if name:
+            span_attributes[CACHE_NAME_ATTRIBUTE] = name
+        span = self.span(f"cache {name}" if name else "cache", phase="preprocess",
+                         attributes=span_attributes or None, parent=parent)
+        return CacheLookup(span)
 
     def current_span(self) -> Optional[AnySpan]:
         """The span current in this context, or ``None``."""
@@ -356,6 +373,12 @@ def get_tracer() -> Tracer:
     return tracer
 
 
+def cache(name: Optional[str] = None, attributes: Optional[Mapping[str, Any]] = None, *,
+          parent: Parent = None) -> CacheLookup:
+    """:meth:`Tracer.cache` on the process-wide default tracer (:func:`get_tracer`)."""
+    return get_tracer().cache(name, attributes=attributes, parent=parent)
+
+
 def configure(**kwargs: Any) -> Tracer:
     """Make a new default tracer from :class:`Tracer`'s arguments and return it; the previous one
     is flushed and shut down (for at most a second)."""
@@ -368,4 +391,4 @@ def configure(**kwargs: Any) -> Tracer:
     return tracer
 
 
-__all__ = ["Tracer", "CapturedContext", "wrap", "parse_traceparent", "get_tracer", "configure"]
+__all__ = ["Tracer", "CapturedContext", "wrap", "parse_traceparent", "get_tracer", "configure", "cache"]

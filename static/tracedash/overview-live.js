@@ -17,8 +17,11 @@
         if (!body) return;
         // The page showed "no requests" (a card, no charts): the first requests bring the charts.
         if (document.getElementById("no-requests") && body.stats && body.stats.requests > 0) { location.reload(); return; }
+        // Likewise the cache section: its first requests that consulted a cache bring its tiles and chart.
+        if ((document.getElementById("cache-none") || document.getElementById("cache-idle"))
+            && body.cache && body.cache.stats.consulted > 0) { location.reload(); return; }
         window.tracedashCharts.drawFigures(body.figures);
-        body.kpis.forEach((k) => {
+        body.kpis.concat((body.cache && body.cache.kpis) || []).forEach((k) => {
           const tile = document.querySelector(`[data-kpi="${CSS.escape(k.key)}"]`);
           if (!tile) return;
           // money through the one formatter the server's templates share (static/tracedash/format.js)

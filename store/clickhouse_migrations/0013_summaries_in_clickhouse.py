@@ -14,7 +14,9 @@ created again with the new ones.
 
 from store.schema import SPANS, TRACES
 
-ALL_COLUMNS = ", ".join(f"`{c.name}`" for c in TRACES.columns)
+# The columns ``traces`` has after this migration (0018 adds one and creates the view again).
+_NAMES = [c.name for c in TRACES.columns]
+ALL_COLUMNS = ", ".join(f"`{name}`" for name in _NAMES[:_NAMES.index("cache")])
 
 
 def _ddl(table, name: str) -> str:

@@ -175,3 +175,42 @@ def test_instrumented_openai_client(asgi_server, project_with_key):
     assert plain["ttft_ns"] is None
     assert 60 <= streamed["ttft_ns"] / 1e6 < 200 and streamed["event_names"] == ["first_token"]
     assert streamed["attributes"]["gen_ai.request.model"] == "gpt-4o"
+
+
+def test_cache_lookups_reach_the_store_and_the_summaries(asgi_server, project_with_key):
+    """``tracer.cache`` spans, sent to the real server: the ingest maps their ``tracedash.cache.hit``
+    to ``spans.cache`` and the summariser makes each request a hit, a miss, or neither."""
+    from analytics.summarizer import traces_summarize
+
+    project, key = project_with_key()
+    tracer = td.Tracer(endpoint=asgi_server.url, api_key=key, service="chat-api", flush_interval=0.05)
+    answers = {"what is otlp?": "a protocol"}
+    outcomes = {}
+    try:
+        for question in ("what is otlp?", "what is ttft?", "what is tpot?"):
+            with tracer.trace("POST /chat") as t:
+                outcomes[question] = t.trace_id
+                answer = None
+                if question == "what is tpot?":
+                    with pytest.raises(ConnectionError), t.cache("semantic"):
+                        raise ConnectionError("vector store down")  # the lookup failed: neither hit nor miss
+                else:
+                    with t.cache("semantic") as c:
+                        answer = answers.get(question)
+                        c.hit = answer is not None
+                if answer is None:
+                    with t.phase("inference") as call:
+                        call.set_model("fake-llm-1").set_tokens(input=10, output=5)
+        assert tracer.flush(10)
+    finally:
+        tracer.shutdown(2)
+    rows = get_store().query("SELECT trace_id, name, phase, cache FROM spans WHERE project_id = {p:UInt64}"
+                             " AND name = 'cache semantic'", {"p": project.pk}, tag="tests.sdk").dicts()
+    assert {(r["trace_id"], r["phase"], r["cache"]) for r in rows} == {
+        (outcomes["what is otlp?"], "preprocess", 2), (outcomes["what is ttft?"], "preprocess", 1),
+        (outcomes["what is tpot?"], "preprocess", 0)}
+    traces_summarize(project_ids=[project.pk])
+    summaries = {r["trace_id"]: r["cache"] for r in get_store().query(
+        "SELECT trace_id, cache FROM traces FINAL WHERE project_id = {p:UInt64}", {"p": project.pk},
+        tag="tests.sdk").dicts()}
+    assert summaries == {outcomes["what is otlp?"]: 2, outcomes["what is ttft?"]: 1, outcomes["what is tpot?"]: 0}

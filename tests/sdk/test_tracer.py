@@ -393,3 +393,53 @@ def test_openai_async_client(memory):
     # bound in ms: a busy machine may run late, which is not what this checks)
     assert spans["chat b"].output_tokens == 5 and 30 <= spans["chat b"].ttft_ms <= spans["chat b"].duration_ns / 1e6
     assert spans["chat b"].parent_span_id == root.span_id
+
+
+def test_cache_lookup_spans_say_hit_or_miss_only_when_told(memory, monkeypatch):
+    tracer, exporter = memory
+    with tracer.trace("POST /chat") as root:
+        with tracer.cache("semantic") as hit:
+            assert td.current_span() is hit.span and hit.hit is None
+            answer = "42"
+            hit.hit = answer is not None
+        with root.cache("exact", attributes={"cache.backend": "redis"}) as miss:
+            miss.hit = False
+        with tracer.cache() as unstated:
+            pass  # never told: says nothing about a hit
+        with pytest.raises(TimeoutError):
+            with tracer.cache("vectors") as failed:
+                raise TimeoutError("vector store down")
+        with tracer.cache("changed") as changed:
+            changed.hit = True
+            changed.hit = None  # taken back
+        late = tracer.cache("late")
+        late.end()
+        late.hit = True  # after the end: ignored, as every setter
+    records = {r["name"]: r for r in exporter.records()}
+    assert (records["cache semantic"]["phase"], records["cache semantic"]["parent_span_id"]) == ("preprocess", root.span_id)
+    assert records["cache semantic"]["attributes"] == {"tracedash.cache.name": "semantic", "tracedash.cache.hit": True}
+    assert records["cache exact"]["attributes"] == {"cache.backend": "redis", "tracedash.cache.name": "exact",
+                                                    "tracedash.cache.hit": False}
+    assert "tracedash.cache.hit" not in (records["cache"]["attributes"] or {})
+    assert records["cache"]["parent_span_id"] == root.span_id
+    failed_record = records["cache vectors"]
+    assert failed_record["status"] == "error" and "tracedash.cache.hit" not in failed_record["attributes"]
+    assert "tracedash.cache.hit" not in records["cache changed"]["attributes"]
+    assert "tracedash.cache.hit" not in (records["cache late"]["attributes"] or {})
+    # what the server makes of them: hit, miss, nothing
+    from ingest.schemas import cache_state
+
+    states = [cache_state(parse_span(json.dumps(r).encode(), project_id=1, limits=Limits())["attributes"])
+              for r in (records["cache semantic"], records["cache exact"], records["cache"])]
+    assert states == [2, 1, 0]
+
+    # module level, on the default tracer; unsampled traces record nothing
+    monkeypatch.setattr(td._tracer, "_default", tracer)
+    with td.cache("module") as module:
+        module.hit = True
+    assert by_name(exporter)["cache module"].attributes["tracedash.cache.hit"] is True
+    quiet = td.Tracer(exporter=exporter, sample_rate=0.0)
+    with quiet.trace("unsampled") as t, t.cache("semantic") as c:
+        c.hit = True
+        assert c.hit is None and not c.span.is_recording
+    assert "unsampled" not in by_name(exporter)
