@@ -95,7 +95,31 @@ def server_dir(tmp_path):
     return tmp_path / "var"
 
 
+def _json(opener, url: str) -> dict:
+    with opener.open(url) as response:
+        return json.load(response)
+
+
+def _engine_moving(engines: dict) -> bool:
+    """The simulator's instance, its KV cache taking at least two values over the samples, requests running."""
+    for instance in engines.get("instances", []):
+        values = instance["values"]
+        kv = [v for v in values["kv_cache_usage"] if v is not None]
+        running = [v for v in values["requests_running"] if v is not None]
+        waiting = [v for v in values["requests_waiting"] if v is not None]
+        if instance["engine"] == "vllm" and len(set(kv)) >= 2 and max(kv) > 0 and max(running, default=0) > 0 \
+                and waiting:
+            return True
+    return False
+
+
+def _cache_shown(overview: dict) -> bool:
+    stats = (overview.get("cache") or {}).get("stats") or {}
+    return bool(stats.get("hits")) and stats.get("hit_rate") and stats.get("latency_saved_ms") is not None
+
+
 def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
+    started = time.monotonic()
     server = Server(server_dir, _free_port()).start()
     try:
         first = server.output()
@@ -135,6 +159,16 @@ def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
         while 'data-gpu="-1"' not in opener.open(f"{server.base}/resources/?project=1").read().decode():
             assert time.monotonic() < deadline, "no local CPU/memory sample on /resources/ after 60 s"
             time.sleep(1)
+        # Within two minutes of the start: the Engines page shows the demo simulator's queue and KV cache
+        # (its vLLM-style /metrics, scraped by the in-process sampler) moving with the demo's load ...
+        deadline = started + 120
+        while not _engine_moving(engines := _json(opener, f"{server.base}/engines/series.json?project=1&range=15m")):
+            assert time.monotonic() < deadline, f"the simulator's queue and KV cache do not move after 2 min: {engines}"
+            time.sleep(2)
+        # ... and the overview shows the demo's semantic cache: its hit rate and the latency a hit saved.
+        while not _cache_shown(overview := _json(opener, f"{server.base}/overview.json?project=1&range=15m")):
+            assert time.monotonic() < deadline, f"no cache hit rate and latency saved after 2 min: {overview.get('cache')}"
+            time.sleep(2)
     finally:
         code = server.interrupt()
     assert code == 0, server.output()
