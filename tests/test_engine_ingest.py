@@ -429,7 +429,7 @@ def test_the_embedded_sampler_scrapes_configured_and_registered_targets(project_
     try:
         tgi.text = TGI_TEXT
         endpoint.text = vllm_v1_text(waiting=2)
-        monkeypatch.setattr(settings, "ENV", dataclasses.replace(settings.ENV, scrape_targets=(f"tgi={tgi.url}",)))
+        settings.ENV = dataclasses.replace(settings.ENV, scrape_targets=(f"tgi={tgi.url}",))  # restored by the fixture
         monkeypatch.setattr(tasks, "_scraper", None)
         tasks.scrape_target_add(f"vllm={endpoint.url}")
         try:
