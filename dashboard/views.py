@@ -96,17 +96,23 @@ def _resources_panel(project_id: int, window: TimeWindow, host: str, *, latest: 
     return {**r, "figures": panels.resources_figures(r["series"], r["load"], alerts=_firing_alerts(project_id))}
 
 
-def _fit_to_samples(request):
-    """``fit`` of the resources window: when the current project's samples start (None: the default)."""
+def _fit_to(request, first_since):
+    """``fit`` of a page's window: when the current project's data starts, by ``first_since``
+    (``first_sample_since``, ``first_request_since``…; None: keep the default)."""
     def fit(since):
         project = current_project(request)
         if project is None:
             return None
         try:
-            return selectors.first_sample_since(project_id=project.pk, since=since)
+            return first_since(project_id=project.pk, since=since)
         except StoreError:
             return None  # the page itself reports the store being down
     return fit
+
+
+def _fit_to_samples(request):
+    """The resources window starts with the project's resource samples."""
+    return _fit_to(request, selectors.first_sample_since)
 
 
 @login_required
@@ -161,16 +167,8 @@ def resources_series_json(request):
 
 # --- engines -------------------------------------------------------------------------------------
 def _fit_to_engine_samples(request):
-    """``fit`` of the engines window: when the current project's engine samples start (None: the default)."""
-    def fit(since):
-        project = current_project(request)
-        if project is None:
-            return None
-        try:
-            return engines.first_sample_since(project_id=project.pk, since=since)
-        except StoreError:
-            return None  # the page itself reports the store being down
-    return fit
+    """The engines window starts with the project's engine samples."""
+    return _fit_to(request, engines.first_sample_since)
 
 
 def _engine_filter(request) -> str:
@@ -309,16 +307,8 @@ def healthz(request):
 
 # --- overview, costs, compare -------------------------------------------------------------------
 def _fit_to_requests(request):
-    """``fit`` of the filter bar: when the current project's requests start (None: keep the default)."""
-    def fit(since):
-        project = current_project(request)
-        if project is None:
-            return None
-        try:
-            return panel_selectors.first_request_since(project_id=project.pk, since=since)
-        except StoreError:
-            return None  # the page itself reports the store being down
-    return fit
+    """The filter bar's window starts with the project's requests."""
+    return _fit_to(request, panel_selectors.first_request_since)
 
 
 def _panel_filters(request) -> tuple[FilterBar, dict[str, str]]:
