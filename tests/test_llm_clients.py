@@ -6,7 +6,7 @@ environment) runs in a process of its own
 (``demo.simulator``) — a plain, a streamed and a failing call, each inside an app span named
 ``plain``, ``stream`` or ``fail`` — and the library exports over OTLP/HTTP to a real server
 (``asgi_server``) configured only through the library's own documented settings. The test then
-reads what tracedash stored: phase (the model call's trace ≥ 80 % inference), model, tokens, TTFT
+reads what tracedash stored: phase (the model call's whole time is inference), model, tokens, TTFT
 on the streamed call, error status on the failing one, cost where the library sends one, and the
 GenAI events a library sends as OTLP logs (OpenLIT), on the span they name.
 """
@@ -90,8 +90,10 @@ def check_common(calls: dict[str, dict], *, ttft_from_span_start: bool = True, i
         call, summary = found["call"], found["summary"]
         assert call["phase"] == "inference"
         if inference_share and name != "fail":  # a refused call lasts a few ms: the client's own overhead is a large share of it
-            # The model call is the request's time: at least 80 % inference on the phase bar.
-            assert summary.phase_share("inference") >= 0.8, (name, summary.phase_ns, summary.e2e_ns)
+            # The model call's whole time, whatever the library traced beneath it, is inference on the
+            # phase bar (the app's own time around the call, which a busy machine stretches, is not).
+            assert summary.phase_ns["inference"] >= call["duration_ns"], (name, summary.phase_ns, call["duration_ns"])
+            assert summary.phase_ns["network"] == 0, (name, summary.phase_ns)
     plain, stream, fail = calls["plain"]["call"], calls["stream"]["call"], calls["fail"]["call"]
     assert plain["model"].startswith(MODEL) and plain["status"] == "ok"
     assert plain["input_tokens"] > 0 and plain["output_tokens"] == 12
@@ -129,7 +131,7 @@ def test_openlit_openai(asgi_server, client, project_with_key, simulator):
     check_common(calls, ttft_from_span_start=False)
     # OpenLIT traces the HTTP request beneath each model call (an httpx CLIENT span, no gen_ai.*): the
     # HTTP client rule makes it network, but it states no phase, so beneath the model call it is part
-    # of the call (the 80 % inference share above), on the trace page too.
+    # of the call (all inference, as checked above), on the trace page too.
     for name in ("plain", "stream"):
         found = calls[name]
         http = [s for s in found["trace"] if s["parent_span_id"] == found["call"]["span_id"]]
