@@ -34,6 +34,7 @@ RETENTION_COLUMNS: dict[str, str] = {
     "span_logs": "time",
     "resource_samples": "time",
     "engine_samples": "time",
+    "scores": "time",
     "traces": "start_time",
     "traces_by_start": "start_time",
     "rollup_minute": "bucket",

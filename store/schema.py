@@ -218,6 +218,36 @@ ENGINE_SAMPLES = Table(
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
 )
 
+# Scores of a trace or of one of its spans (migration 0019): a reviewer's good/bad or 1-5 rating,
+# an eval's or an LLM judge's number, an app's own feedback. One row per score; ``score_id`` is the
+# sender's id, or derived from (trace, span, name, source, author) when it sent none, so a re-sent
+# score — or a reviewer changing their mind — replaces the earlier one. Reads take the latest copy
+# (``FINAL``). Kept apart from the spans so that a score may arrive days after its trace (or before
+# it); it ages from when it was given (``time``), not from its trace. ORDER BY starts with the trace:
+# the trace page and the variants' joins read a set of traces' scores without a scan.
+SCORES = Table(
+    name="scores",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("trace_id", "FixedString(32)"),
+        Column("span_id", "String", "ZSTD(1)"),  # '' for a score of the trace as a whole
+        Column("name", "LowCardinality(String)"),  # e.g. quality, helpfulness, judge.correct
+        Column("score_id", "String", "ZSTD(1)"),
+        Column("data_type", "LowCardinality(String)"),  # numeric | boolean | categorical
+        Column("value", "Float64"),  # numeric: the number; boolean: 1 true / 0 false; categorical: 0
+        Column("string_value", "String", "ZSTD(1)"),  # categorical: the category; else ''
+        Column("source", "LowCardinality(String)"),  # api | sdk | annotation | eval
+        Column("author", "String", "ZSTD(1)"),  # who gave it ('' unknown): a reviewer, an eval's name
+        Column("comment", "String", "ZSTD(1)"),
+        Column("time", DATETIME_MS, "DoubleDelta, ZSTD(1)"),  # when it was given
+        Column("ingested_at", DATETIME_MS, "", "now64(3)"),
+    ),
+    engine="ReplacingMergeTree(ingested_at)",
+    order_by="(project_id, trace_id, span_id, name, score_id)",
+    ttl="toDateTime(time) + toIntervalDay({retention_days})",
+    settings=f"index_granularity = 8192, {DEDUP_WINDOW}",
+)
+
 _MODEL_COLUMNS = (
     Column("model_input_tokens", "Map(String, UInt64)", "ZSTD(1)"),
     Column("model_output_tokens", "Map(String, UInt64)", "ZSTD(1)"),
@@ -436,7 +466,7 @@ RESOURCE_MINUTE = _resource_rollup("resource_minute")
 # 30-day chart reads 720 rows per host/GPU.
 RESOURCE_HOUR = _resource_rollup("resource_hour")
 
-TABLES: dict[str, Table] = {t.name: t for t in (SPANS, SPAN_LOGS, RESOURCE_SAMPLES, ENGINE_SAMPLES, TRACES, TRACES_BY_START,
+TABLES: dict[str, Table] = {t.name: t for t in (SPANS, SPAN_LOGS, RESOURCE_SAMPLES, ENGINE_SAMPLES, SCORES, TRACES, TRACES_BY_START,
                                                    ROLLUP_MINUTE, ROLLUP_HOUR, ROLLUP_DAY, ROLLUP_HOUR_ALL,
                                                    ROLLUP_DAY_ALL, ROLLUP_6H, ROLLUP_6H_ALL, ROLLUP_DIRTY,
                                                    TASK_WATERMARKS, RESOURCE_MINUTE, RESOURCE_HOUR)}

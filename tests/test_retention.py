@@ -142,6 +142,10 @@ def _seed(project_id: int, *, days_ago: float, rng: random.Random, now_ns: int) 
     get_store().insert("engine_samples", [{  # an inference engine's KV-cache usage (POST /api/v1/engine_samples)
         "project_id": project_id, "time": start, "host": "gpu-1", "engine": "vllm", "target": "http://gpu-1:8000/metrics",
         "model": "llama", "metric": "kv_cache_usage", "le": 0.0, "value": 50.0}], tag="tests.retention.engine_samples")
+    get_store().insert("scores", [{  # a reviewer's rating of the trace, given when it ran (POST /api/v1/scores)
+        "project_id": project_id, "trace_id": spans[0]["trace_id"], "span_id": "", "name": "quality",
+        "score_id": f"s-{start}", "data_type": "numeric", "value": 4.0, "string_value": "", "source": "annotation",
+        "author": "reviewer", "comment": "", "time": start}], tag="tests.retention.scores")
     return spans[0]["trace_id"]
 
 
