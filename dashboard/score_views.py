@@ -86,12 +86,12 @@ def trace_review(request, trace_id: str):
     if not trace_detail.trace_id_valid(trace_id):
         raise Http404("No such trace")
     wants_json = "application/json" in request.headers.get("Accept", "")
-    score, problem = _review_score(request.POST)
-    if problem is not None:
-        return problem
     try:
         if trace_detail.trace_get(project_id=project.pk, trace_id=trace_id) is None:
             raise Http404("No such trace in this project")
+        score, problem = _review_score(request.POST)
+        if problem is not None:
+            return problem
         _, rejected = scores_ingest(project_id=project.pk, default_source="annotation", scores=[{
             **score, "trace_id": trace_id, "source": "annotation", "author": request.user.get_username()}])
         if rejected:  # a username longer than a score's author field, say

@@ -62,6 +62,7 @@ MATRIX: dict[str, Row] = {
     "ingest:traces": Row("key", lambda w: "/api/v1/traces"),
     "ingest:resources": Row("key", lambda w: "/api/v1/resources"),
     "ingest:engine-samples": Row("key", lambda w: "/api/v1/engine_samples"),
+    "ingest:scores": Row("key", lambda w: "/api/v1/scores"),
     "ingest:otlp-traces": Row("key", lambda w: "/v1/traces"),
     "ingest:langfuse-otlp-traces": Row("key", lambda w: "/api/public/otel/v1/traces"),
     "ingest:otlp-metrics": Row("key", lambda w: "/v1/metrics"),
@@ -96,6 +97,8 @@ MATRIX: dict[str, Row] = {
     "dashboard:trace-compare": Row("page", lambda w: f"/traces/compare/?a={w.trace}&b={w.trace}&project={w.a.pk}"),
     "dashboard:trace": Row("page", lambda w: f"/traces/{w.trace}/" + _q(w)),
     "dashboard:trace-api": Row("json", lambda w: f"/api/v1/traces/{w.trace}" + _q(w)),
+    "dashboard:trace-review": Row("form", lambda w: f"/traces/{w.trace}/scores/" + _q(w), 302,
+                                  note="a review of project A's trace; its scores are checked in tests/test_scores_browser.py"),
     "dashboard:series-overview": Row("json", lambda w: "/api/v1/series/overview" + _q(w)),
     "dashboard:series-latency": Row("json", lambda w: "/api/v1/series/latency" + _q(w)),
     "dashboard:series-costs": Row("json", lambda w: "/api/v1/series/costs" + _q(w)),
@@ -117,7 +120,7 @@ MATRIX: dict[str, Row] = {
 OBJECT_URLS = {"alerts:rule_edit", "alerts:rule_delete", "alerts:channel_delete", "alerts:channel_test",
                "alerts:silence_expire",
                "alerts:series_ack", "loadtests:detail", "loadtests:report_json", "loadtests:progress", "dashboard:trace-compare",
-               "dashboard:trace", "dashboard:trace-api", "projects:key_revoke", "projects:member_remove"}
+               "dashboard:trace", "dashboard:trace-review", "dashboard:trace-api", "projects:key_revoke", "projects:member_remove"}
 PROTECTED = [name for name, row in MATRIX.items() if row.kind in ("page", "json", "form")]
 
 
@@ -262,6 +265,12 @@ def test_member_forms_work(world):
 
     assert not AlertRule.objects.filter(pk=world.rule.pk).exists()
     assert not NotificationChannel.objects.filter(pk=world.channel.pk).exists()
+    from analytics.scores import trace_scores
+
+    assert alice.post(f"/traces/{world.trace}/scores/{q}", {"rating": "5"}).status_code == 302
+    assert [(s["name"], s["value"], s["author"]) for s in trace_scores(project_id=world.a.pk, trace_id=world.trace)] == [
+        ("review.rating", 5.0, world.alice.username)]
+    assert trace_scores(project_id=world.b.pk, trace_id=world.trace) == []
 
 
 def test_trace_api_by_key_only_reaches_the_keys_project(world):
