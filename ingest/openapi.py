@@ -20,6 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from .http import ApiError
 from .schemas import (_RFC3339, MAX_DURATION_NS, MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_TIME_NS, MIN_TIME_NS, Limits,
                       EngineSampleIn, ResourceSampleIn, SpanIn)
+from .scores import DATA_TYPES, MAX_CATEGORY_CHARS, SOURCES, ScoreIn
 
 REF = "#/components/schemas/{name}"
 JSON = "application/json"
@@ -27,7 +28,7 @@ PROTOBUF = "application/x-protobuf"
 
 # msgspec struct name -> component name
 _RENAMES = {"SpanIn": "Span", "EventIn": "Event", "ResourceSampleIn": "ResourceSample", "ProcessIn": "Process",
-            "EngineSampleIn": "EngineSample"}
+            "EngineSampleIn": "EngineSample", "ScoreIn": "Score"}
 
 _LIMITS = Limits()
 _TIME = ("RFC 3339 text (nanoseconds kept), e.g. `2026-11-30T12:00:00.200Z`, or integer unix nanoseconds "
@@ -102,6 +103,25 @@ _DESCRIPTIONS: dict[str, tuple[str, dict[str, str]]] = {
             "memory_used": "Host memory in use, in bytes; not more than `memory_total` when both are sent.",
             "memory_total": "Host memory, in bytes.",
             "processes": "Processes holding GPU memory (at most 1024).",
+        },
+    ),
+    "Score": (
+        "A score of a trace, or of one span of it (docs/scores.md): a number, true/false or a category, with "
+        "where it came from. A score without `id` gets one derived from (trace_id, span_id, name, source, author): "
+        "sending it again replaces the earlier one. A trace of any age can be scored. Unknown fields are ignored.",
+        {
+            "trace_id": "The trace scored: 32 lowercase hex characters, not all zero.",
+            "span_id": "The span scored (16 lowercase hex characters); absent or null for the trace as a whole.",
+            "name": "What is scored, e.g. `quality`, `user.feedback`, `judge.correct`: 1 to 200 characters.",
+            "value": "A JSON number (numeric; finite), `true`/`false` (boolean) or non-empty text of at most "
+                     f"{MAX_CATEGORY_CHARS} characters (categorical).",
+            "data_type": "Optional: `numeric`, `boolean` or `categorical`; it must fit `value` (inferred when absent).",
+            "source": "Where it came from: `api` (default), `sdk`, `annotation` (a reviewer) or `eval` (an evaluator).",
+            "comment": "Free text, at most 4096 characters.",
+            "author": f"Who gave it (a reviewer, an evaluator's name), at most {MAX_LABEL_CHARS} characters.",
+            "id": "Your id of the score, 1 to 128 characters: a score sent again with the same id replaces the "
+                  "earlier one.",
+            "time": f"When the score was given: {_TIME}. Default: when the server received it.",
         },
     ),
     "EngineSample": (
@@ -186,7 +206,8 @@ def _integer_only(prop: dict) -> None:
 
 
 def _item_schemas() -> dict[str, dict]:
-    _, components = msgspec.json.schema_components([SpanIn, ResourceSampleIn, EngineSampleIn], ref_template=REF)
+    _, components = msgspec.json.schema_components([SpanIn, ResourceSampleIn, EngineSampleIn, ScoreIn],
+                                                   ref_template=REF)
     schemas = {_RENAMES[name]: _rename_refs(schema) for name, schema in components.items()}
     for schema in schemas.values():
         for prop in schema.get("properties", {}).values():
@@ -204,7 +225,7 @@ def _item_schemas() -> dict[str, dict]:
 
     # Rules the code enforces beyond the structs' types.
     for name, fields in (("Span", ("start_time", "end_time")), ("Event", ("time",)), ("ResourceSample", ("time",)),
-                         ("EngineSample", ("time",))):
+                         ("EngineSample", ("time",)), ("Score", ("time",))):
         for field in fields:
             prop = schemas[name]["properties"][field]
             _branch(prop, "integer").update(minimum=MIN_TIME_NS, exclusiveMaximum=MAX_TIME_NS)
@@ -217,6 +238,11 @@ def _item_schemas() -> dict[str, dict]:
     for field in ("attributes", "resource_attributes", "resource"):
         _branch(span[field], "object")["maxProperties"] = _LIMITS.max_attributes
     _branch(schemas["Event"]["properties"]["attributes"], "object")["maxProperties"] = _LIMITS.max_attributes
+    score = schemas["Score"]["properties"]
+    _branch(score["data_type"], "string")["enum"] = list(DATA_TYPES)
+    _branch(score["source"], "string")["enum"] = list(SOURCES)
+    score["value"]["anyOf"] = [{"type": "number"}, {"type": "boolean"},
+                               {"type": "string", "minLength": 1, "maxLength": MAX_CATEGORY_CHARS}]
     return schemas
 
 
@@ -459,6 +485,12 @@ def _build() -> dict:
                 description="A JSON batch of inference-engine samples (what the agent's `--scrape` sends). Valid "
                             "samples are stored and the answer lists the rejected ones by index; when every "
                             "sample is rejected the answer is a 400 `invalid_samples`.")},
+            "/api/v1/scores": {"post": _native_operation(
+                operation_id="ingestScores", summary="Send scores of traces and spans", field="scores", item="Score",
+                description="A JSON batch of scores (numeric, boolean or categorical) of traces or spans, e.g. an "
+                            "evaluator's verdicts or users' feedback (docs/scores.md). Valid scores are stored and "
+                            "the answer lists the rejected ones by index; when every score is rejected the answer "
+                            "is a 400 `invalid_scores`.")},
             "/v1/traces": {"post": _otlp_operation(
                 signal="traces", request="ExportTraceServiceRequest", response="ExportTraceServiceResponse",
                 operation_id="otlpTraces")},

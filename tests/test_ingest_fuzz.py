@@ -1,4 +1,5 @@
-"""Fuzzing the native ingest API (``/api/v1/traces``, ``/api/v1/resources``, ``/api/v1/engine_samples``) from its own OpenAPI
+"""Fuzzing the native ingest API (``/api/v1/traces``, ``/api/v1/resources``, ``/api/v1/engine_samples``,
+``/api/v1/scores``) from its own OpenAPI
 document (``/api/openapi.json``).
 
 Thousands of generated bad requests: schema-driven mutations of valid items (every property of the
@@ -46,6 +47,7 @@ from hypothesis import strategies as st
 
 import ingest.writer as writer_module
 from ingest.schemas import EventIn, ProcessIn, ResourceSampleIn, SpanIn
+from ingest.scores import ScoreIn
 from ingest.spool import Spool
 from ingest.writer import IngestWriter
 from store import get_store
@@ -93,6 +95,8 @@ class Endpoint:
             return span
         if self.schema == "EngineSample":
             return good_engine_sample(variant)
+        if self.schema == "Score":
+            return good_score(variant)
         return good_sample()
 
     def item_id(self, item) -> str:
@@ -102,8 +106,20 @@ class Endpoint:
 SPANS = Endpoint("/api/v1/traces", "spans", "Span", "span", "spans", "trace_id")
 SAMPLES = Endpoint("/api/v1/resources", "samples", "ResourceSample", "sample", "resource_samples", "host")
 ENGINE_SAMPLES = Endpoint("/api/v1/engine_samples", "samples", "EngineSample", "sample", "engine_samples", "target")
+SCORES = Endpoint("/api/v1/scores", "scores", "Score", "score", "scores", "trace_id")
 ENDPOINTS = [pytest.param(SPANS, id="traces"), pytest.param(SAMPLES, id="resources"),
-             pytest.param(ENGINE_SAMPLES, id="engines")]
+             pytest.param(ENGINE_SAMPLES, id="engines"), pytest.param(SCORES, id="scores")]
+
+
+def good_score(variant: int = 0) -> dict:
+    """A numeric, boolean or categorical score of a trace or of a span, with every optional field
+    but ``data_type`` (inferred: a mutated value must be named as the value, not as a mismatch)."""
+    value = [4.5, True, "helpful", 0, False][variant % 5]
+    score = {"trace_id": new_trace_id(), "name": "quality", "value": value, "source": "eval", "comment": "fine",
+             "author": "judge", "id": f"fuzz-{secrets.token_hex(8)}", "time": time.time_ns() - 5 * 10**9}
+    if variant % 2:
+        score["span_id"] = secrets.token_hex(8)
+    return score
 
 
 def good_engine_sample(variant: int = 0) -> dict:
@@ -159,7 +175,8 @@ class Api:
         self.key = key
         self.doc = doc
         schemas = doc["components"]["schemas"]
-        self.properties = {name: set(schemas[name]["properties"]) for name in ("Span", "ResourceSample", "EngineSample")}
+        self.properties = {name: set(schemas[name]["properties"])
+                           for name in ("Span", "ResourceSample", "EngineSample", "Score")}
         self.requests = 0
 
     def batch(self, endpoint: Endpoint, items: list, **kwargs) -> Req:
@@ -340,7 +357,7 @@ def test_the_openapi_document_describes_the_api(client):
     schemas = doc["components"]["schemas"]
     assert {"Span", "Event", "ResourceSample", "Process", "IngestResult", "Error"} <= set(schemas)
     for name, struct in (("Span", SpanIn), ("Event", EventIn), ("ResourceSample", ResourceSampleIn),
-                         ("Process", ProcessIn)):
+                         ("Process", ProcessIn), ("Score", ScoreIn)):
         schema = schemas[name]
         fields = msgspec.structs.fields(struct)
         assert set(schema["required"]) == {f.name for f in fields if f.required}, name
@@ -587,6 +604,16 @@ def rule_mutations(endpoint: Endpoint) -> list:
             st.just(Mutation(("trace_id",), "zero", "0" * 32)),
             st.just(Mutation(("span_id",), "zero", "0" * 16)),
         ]
+    if endpoint is SCORES:
+        return [
+            st.text(alphabet=" \t\n\r\u00a0\u2003\u3000", min_size=1, max_size=5).map(
+                lambda s: Mutation(("name",), "blank", s)),
+            st.just(Mutation(("trace_id",), "zero", "0" * 32)),
+            st.just(Mutation(("span_id",), "zero", "0" * 16)),
+            st.sampled_from(["numeric", "boolean", "categorical"]).map(
+                lambda t: Mutation(("data_type",), "mismatch", lambda item, t=t: t if t != {
+                    bool: "boolean", str: "categorical"}.get(type(item["value"]), "numeric") else "nope")),
+        ]
     if endpoint is ENGINE_SAMPLES:
         return [
             st.text(min_size=1, max_size=64).filter(lambda m: m not in ENGINE_METRIC_NAMES).map(
@@ -779,7 +806,7 @@ def broken_requests(draw, endpoint: Endpoint):
         return Req(endpoint.path, valid, headers=headers, items=items), 401, None, False
     # "nan": JSON's forbidden numbers, where an item's number goes
     word = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e99999", "-0x10", "01", ".5", "1.", "+1"]))
-    numbers = {"value": "@@"} if endpoint is ENGINE_SAMPLES else {"cost_usd": "@@", "cpu_percent": "@@"}
+    numbers = {"value": "@@"} if endpoint in (ENGINE_SAMPLES, SCORES) else {"cost_usd": "@@", "cpu_percent": "@@"}
     text = json.dumps({endpoint.field: [{**items[0], **numbers}]})
     return Req(endpoint.path, text.replace('"@@"', word).encode(), items=items), None, None, False
 
