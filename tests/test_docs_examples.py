@@ -36,6 +36,7 @@ EXPECTED = {
     "docs/engines.md": (1, 0, 0),
     "docs/otlp.md": (3, 0, 0),
     "docs/sdk.md": (0, 0, 1),
+    "docs/scores.md": (1, 0, 1),
 }
 JSON_ENDPOINTS = {"spans": "/api/v1/traces", "samples": "/api/v1/resources", "resourceSpans": "/v1/traces",
                   "resourceMetrics": "/v1/metrics"}
