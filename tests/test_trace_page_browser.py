@@ -124,6 +124,9 @@ def test_waterfall_collapse_select_deep_link_and_zoom(page, asgi_server, make_us
     expect(detail.locator(".wf-status-message")).to_have_text("Status message: formatter crashed")
 
     # drag on the minimap zooms into a time range; reset returns to the whole trace
+    # (in view first: the scores section below the waterfall makes the page long enough to have
+    # scrolled the minimap out of it while rows were clicked)
+    page.locator("#wf-minimap").scroll_into_view_if_needed()
     box = page.locator("#wf-minimap").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + 10)
     page.mouse.down()
