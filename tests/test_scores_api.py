@@ -259,3 +259,32 @@ def test_native_span_attributes_follow_the_same_convention_and_a_bad_score_rejec
     spans = get_store().query("SELECT name FROM spans WHERE project_id = {p:UInt64}", {"p": project.pk},
                               tag="tests.scores").dicts()
     assert [s["name"] for s in spans] == ["ok"]  # the rejected spans' scores and the spans: neither written
+
+
+# --- durability -----------------------------------------------------------------------------------
+def test_scores_sent_during_an_outage_are_spooled_and_replayed(client, project_with_key):
+    import store
+    from ingest.writer import get_writer
+    from tests.conftest import wait_until
+    from tests.test_ingest_durability import down_store
+
+    project, key = project_with_key()
+    trace = "e" * 32
+    spans = [{"trace_id": trace, "span_id": SPAN, "name": "scored", "start_time": time.time_ns(), "duration_ms": 3,
+              "attributes": {"tracedash.score.quality": 5}}]
+    real = store.set_store(down_store())
+    try:
+        response = client.post("/api/v1/scores", data=json.dumps({"scores": [_score(trace_id=trace, name="late")]}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert response.status_code == 200 and response.json()["accepted"] == 1, response.content
+        response = client.post("/api/v1/traces", data=json.dumps({"spans": spans}), content_type="application/json",
+                               HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert response.status_code == 200 and response.json()["accepted"] == 1, response.content
+        assert get_writer().spool.pending() >= 2
+    finally:
+        store.set_store(real)
+    writer = get_writer()
+    writer._replay_wakeup.set()
+    wait_until(lambda: writer.spool.pending() == 0, timeout=60, message="the spool to drain")
+    scores = {s["name"]: s["value"] for s in trace_scores(project_id=project.pk, trace_id=trace)}
+    assert scores == {"late": 4.0, "quality": 5.0}
