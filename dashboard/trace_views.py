@@ -169,7 +169,14 @@ def trace_api(request, trace_id: str):
     except ApiError as exc:
         return exc.response()
     columnar = request.GET.get("spans") == "columns"
-    return JsonResponse(trace_detail.trace_json(detail, columnar=columnar))
+    body = trace_detail.trace_json(detail, columnar=columnar)
+    try:
+        body["scores"] = trace_scores(project_id=detail.project_id, trace_id=trace_id)
+    except StoreError as exc:
+        log.error("trace api: scores failed: %s", exc)
+        return ApiError(503, "store_unavailable", "the trace store is unavailable; retry later",
+                        headers={"Retry-After": "5"}).response()
+    return JsonResponse(body)
 
 
 _FIGURE_LABELS = {

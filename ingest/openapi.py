@@ -360,7 +360,7 @@ def _trace_read_operation() -> dict:
             "200": {"description": "The trace.", "content": {JSON: {"schema": {
                 "type": "object",
                 "required": ["trace_id", "project_id", "summary", "phases", "flags", "critical_path", "spans",
-                             "genai_events"],
+                             "genai_events", "scores"],
                 "properties": {
                     "trace_id": {"type": "string"}, "project_id": {"type": "integer"},
                     "summary": {"type": "object", "description": "E2E (`e2e_ns`), `ttft_ns`, `tpot_ns`, tokens, "
@@ -383,6 +383,11 @@ def _trace_read_operation() -> dict:
                     "genai_events": {"type": "array", "items": {"type": "object"},
                                      "description": "GenAI events of the trace that name none of its spans (no "
                                                     "span id, or a span that has not arrived), as in `spans`."},
+                    "scores": {"type": "array", "items": {"type": "object"},
+                               "description": "The scores of the trace and of its spans (docs/scores.md), oldest "
+                                              "first, as `{trace_id, span_id ('' = the trace), name, id, data_type, "
+                                              "value (a number, true/false or the category), source, author, "
+                                              "comment, time_ms}`."},
                 },
             }}}},
             "400": _error_response(400, "Not a trace id"),

@@ -189,6 +189,31 @@ def test_another_projects_key_neither_reads_nor_overwrites(asgi_server, project_
     assert scores_for_traces(project_id=mine.pk + theirs.pk + 1000, trace_ids=[TRACE]) == {}
 
 
+def test_the_trace_json_carries_its_scores_for_its_own_key_only(asgi_server, project_with_key):
+    mine, my_key = project_with_key()
+    _, their_key = project_with_key()
+    trace = "f0" * 16
+    assert _post(asgi_server.url, my_key, {"spans": [{"trace_id": trace, "span_id": SPAN, "name": "r",
+                                                       "start_time": time.time_ns(), "duration_ms": 4}]},
+                 path="/api/v1/traces")[0] == 200
+    assert _post(asgi_server.url, my_key, {"scores": [_score(trace_id=trace, comment="mine")]})[0] == 200
+
+    def get(key):
+        request = urllib.request.Request(f"{asgi_server.url}/api/v1/traces/{trace}",
+                                         headers={"Authorization": f"Bearer {key}"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    status, body = get(my_key)
+    assert status == 200 and [(s["name"], s["value"], s["comment"]) for s in body["scores"]] == [
+        ("quality", 4.0, "mine")]
+    status, body = get(their_key)
+    assert status == 404 and b"mine" not in json.dumps(body).encode()
+
+
 def test_scores_for_traces_groups_by_trace(asgi_server, project_with_key):
     project, key = project_with_key()
     other = "d" * 32

@@ -151,7 +151,7 @@ def test_api_by_key_and_by_session_is_scoped(client, make_user, project_with_key
     body = ok.json()
     assert body["trace_id"] == tid and body["project_id"] == mine.pk
     assert set(body) == {"trace_id", "project_id", "summary", "phases", "flags", "critical_path", "spans",
-                         "genai_events"}  # as in OpenAPI
+                         "genai_events", "scores"}  # as in OpenAPI
     assert body["summary"]["e2e_ns"] == 1200 * MS and len(body["spans"]) == 5
     assert {p["phase"] for p in body["phases"]} == {"network", "preprocess", "inference", "postprocess", "other"}
     assert body["critical_path"][-1]["span_id"] == body["spans"][0]["span_id"]  # the root's own last 40 ms
@@ -303,7 +303,7 @@ def test_the_openapi_document_describes_the_trace_read(client):
     operation = doc["paths"]["/api/v1/traces/{trace_id}"]["get"]
     assert {"200", "400", "401", "404", "503"} <= set(operation["responses"])
     assert set(operation["responses"]["200"]["content"]["application/json"]["schema"]["required"]) == {
-        "trace_id", "project_id", "summary", "phases", "flags", "critical_path", "spans", "genai_events"}
+        "trace_id", "project_id", "summary", "phases", "flags", "critical_path", "spans", "genai_events", "scores"}
 
 
 def test_a_trace_whose_root_has_not_arrived_is_shown_with_its_orphans(client, make_user, project_with_key):
