@@ -41,7 +41,10 @@
 
   form.addEventListener("submit", function (event) {
     event.preventDefault();
-    var data = new FormData(form, event.submitter || undefined);
+    var submitter = event.submitter;
+    var data = new FormData(form);
+    // The clicked button says what is sent (verdict=good, rating=4): FormData(form) leaves it out.
+    if (submitter && submitter.name) data.append(submitter.name, submitter.value);
     var buttons = form.querySelectorAll("button");
     buttons.forEach(function (b) { b.disabled = true; });
     status.textContent = "Saving…";
