@@ -21,7 +21,10 @@ from projects.scope import current_project
 from projects.selectors import project_for_user, projects_for_user
 from store import StoreError
 
+from analytics.scores import trace_scores
+
 from . import trace_detail
+from .score_views import score_rows
 from .views import STORE_DOWN
 
 log = logging.getLogger("tracedash.dashboard")
@@ -121,7 +124,13 @@ def trace_page(request, trace_id: str):
     except StoreError as exc:  # the page is still useful without the candidates
         log.error("trace page: recent traces of the endpoint failed: %s", exc)
         candidates = []
+    try:
+        scores = score_rows(trace_scores(project_id=project.pk, trace_id=trace_id))
+    except StoreError as exc:  # the page is still useful without the scores
+        log.error("trace page: scores failed: %s", exc)
+        scores = None
     return render(request, "dashboard/trace.html", {
+        "trace_scores": scores,
         "trace_id": trace_id, "trace_project": project, "header": _header(detail),
         "trace_data": trace_detail.trace_json(detail, columnar=True), "phase_colors": PHASE_COLORS,
         "compare_candidates": candidates,

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import explorer_views, series_api, trace_views, views
+from . import explorer_views, score_views, series_api, trace_views, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -15,6 +15,7 @@ urlpatterns = [
     path("traces/compare/", trace_views.trace_compare, name="trace-compare"),
     # Any one path segment: a malformed id gets the trace page's in-app "not found", not a bare 404.
     re_path(r"^traces/(?P<trace_id>[^/]+)/$", trace_views.trace_page, name="trace"),
+    path("traces/<str:trace_id>/scores/", score_views.trace_review, name="trace-review"),
     path("api/v1/traces/<str:trace_id>", trace_views.trace_api, name="trace-api"),
     path("api/v1/series/overview", series_api.overview, name="series-overview"),
     path("api/v1/series/latency", series_api.latency, name="series-latency"),

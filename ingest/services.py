@@ -137,3 +137,42 @@ def resource_samples_ingest(*, project_id: int, samples: list[dict]) -> tuple[li
 
 def engine_samples_ingest(*, project_id: int, samples: list[dict]) -> tuple[list[dict], list[dict]]:
     return samples_ingest(ENGINE_SAMPLES, project_id=project_id, samples=samples)
+
+
+# --- scores (POST /api/v1/scores, the SDK, OTel attributes, the trace page's review form) -------
+def _scores_event(rows: list[dict]) -> dict:
+    trace_ids = sorted({row["trace_id"] for row in rows})
+    return {"type": "scores.ingested", "scores": len(rows), "trace_ids": trace_ids[:100]}
+
+
+def scores_validate(items: list, *, project_id: int) -> tuple[list[dict], list[dict]]:
+    """Raw scores of a batch -> (rows, rejected), as ``samples_validate``."""
+    from .scores import parse_score
+
+    return parse_each(items, lambda item: parse_score(item, project_id=project_id))
+
+
+async def scores_store_async(*, project_id: int, rows: list[dict]) -> Outcome | None:
+    """Store validated score rows of one project through the writer (ClickHouse or the fsync'd
+    spool); the writer's refusals are raised to the caller."""
+    if not rows:
+        return None
+    return await get_writer().submit_async("scores", rows)
+
+
+def scores_ingest(*, project_id: int, scores: list[dict], default_source: str = "api") -> tuple[list[dict], list[dict]]:
+    """The endpoint's ingestion for a synchronous caller in this process (the trace page's review
+    form): each score as the endpoint's JSON object, checked by the same parser and stored through
+    the same writer (waiting for it). Returns (rows stored, rejected)."""
+    from .scores import score_row
+    from .schemas import FieldError
+
+    rows, rejected = [], []
+    for index, score in enumerate(scores):
+        try:
+            rows.append(score_row(score, project_id=project_id, default_source=default_source))
+        except FieldError as exc:
+            rejected.append({"index": index, "field": exc.field, "message": exc.message})
+    if rows:
+        get_writer().write("scores", rows)
+    return rows, rejected

@@ -7,6 +7,7 @@ urlpatterns = [
     path("api/v1/traces", views.traces_ingest, name="traces"),
     path("api/v1/resources", views.resources_ingest, name="resources"),
     path("api/v1/engine_samples", views.engine_samples_ingest, name="engine-samples"),
+    path("api/v1/scores", views.scores_ingest, name="scores"),
     path("v1/traces", views.otlp_traces, name="otlp-traces"),
     # Where the Langfuse SDK (v3+) exports its OTLP spans under its host: the same endpoint.
     path("api/public/otel/v1/traces", views.otlp_traces, name="langfuse-otlp-traces"),

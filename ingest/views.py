@@ -10,6 +10,7 @@ a thread for the database (Django's ORM is synchronous).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from django.conf import settings
@@ -21,9 +22,10 @@ from config.fast_path import fast_path
 from .auth import authenticate_request_async
 from .http import ApiError, read_body
 from .ratelimit import limiter, retry_after_header
-from .schemas import EnvelopeError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each, parse_spans
+from .schemas import EnvelopeError, FieldError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each, parse_spans
+from .scores import ScoresIn, has_score_keys, span_score_rows
 from .services import (ENGINE_SAMPLES, RESOURCE_SAMPLES, SampleKind, samples_store_async, samples_validate,
-                       traces_notify_async)
+                       scores_store_async, scores_validate, traces_notify_async)
 from .spool import SpoolFull
 from .writer import Overloaded, get_writer
 
@@ -123,8 +125,9 @@ async def traces_ingest(request):
             raise _too_many(exc.count, "spans") from None
         # The rate limit counts every span sent, valid or not, as the per-item path always did.
         _admit(key, len(rows) + len(rejected), "spans")
+        rows, scores, rejected = _with_scores(rows, rejected)
         _all_rejected(rows, rejected, "spans")
-        await _write("spans", rows)
+        await _write_spans_and_scores(rows, scores)
         await traces_notify_async(project_id=key.project_id, rows=rows)
         return JsonResponse({"accepted": len(rows), "rejected": rejected})
     except ApiError as exc:
@@ -145,6 +148,60 @@ async def _samples_endpoint(request, kind: SampleKind):
         return JsonResponse({"accepted": len(rows), "rejected": rejected})
     except ApiError as exc:
         return exc.response()
+
+
+@fast_path
+@csrf_exempt
+async def scores_ingest(request):
+    """``POST /api/v1/scores``: ``{"scores": [...]}``, each a score of a trace or of one of its spans
+    (docs/scores.md); the same key, body, count and rate limits and the same answer as samples."""
+    try:
+        key, _, body = await _begin(request, (JSON,))
+        try:
+            items = decode_envelope(body, ScoresIn, name="scores")
+        except EnvelopeError as exc:
+            raise _envelope_error(exc, "scores") from None
+        _admit(key, len(items), "scores")
+        rows, rejected = scores_validate(items, project_id=key.project_id)
+        _all_rejected(rows, rejected, "scores")
+        await _stored(scores_store_async(project_id=key.project_id, rows=rows))
+        return JsonResponse({"accepted": len(rows), "rejected": rejected})
+    except ApiError as exc:
+        return exc.response()
+
+
+def _with_scores(rows: list, rejected: list) -> tuple[list, list, list]:
+    """Span rows (and the batch's rejections) -> (span rows, score rows, rejected): the scores a span
+    carries by the OTel convention (``ingest.scores.span_score_rows``); a span whose score is bad is
+    rejected whole, naming the attribute, so neither its span nor its scores are written."""
+    if not any(has_score_keys(row["attributes"], row["event_names"]) for row in rows):
+        return rows, [], rejected  # the common case: one cheap pass, nothing copied
+    refused = {r["index"] for r in rejected}
+    indices = [i for i in range(len(rows) + len(rejected)) if i not in refused]
+    rejected = list(rejected)
+    kept, scores = [], []
+    for index, row in zip(indices, rows):
+        try:
+            scores.extend(span_score_rows(row))
+        except FieldError as exc:
+            rejected.append({"index": index, "field": exc.field, "message": exc.message})
+            continue
+        kept.append(row)
+    rejected.sort(key=lambda r: r["index"])
+    return kept, scores, rejected
+
+
+async def _write_spans_and_scores(spans: list, scores: list) -> None:
+    """Spans and the scores they carry handed to the writer together, acknowledged when both are
+    in ClickHouse or the spool."""
+    writer = get_writer()
+    writes = []
+    if spans:
+        writes.append(writer.submit_async("spans", spans))
+    if scores:
+        writes.append(writer.submit_async("scores", scores))
+    if writes:
+        await _stored(asyncio.gather(*writes))
 
 
 @fast_path
@@ -182,7 +239,8 @@ async def otlp_traces(request):
         key, content_type, spans = await _otlp_begin(request, otlp.decode_traces, "spans")
         limits = _limits()
         rows, rejected = parse_each(spans, lambda span: otlp.span_row(span, project_id=key.project_id, limits=limits))
-        await _write("spans", rows)
+        rows, scores, rejected = _with_scores(rows, rejected)
+        await _write_spans_and_scores(rows, scores)
         await traces_notify_async(project_id=key.project_id, rows=rows)
         return _otlp_response(content_type, otlp.trace_response(rejected))
     except ApiError as exc:

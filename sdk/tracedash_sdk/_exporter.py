@@ -31,6 +31,7 @@ log = logging.getLogger("tracedash_sdk")
 __version__ = "0.1.0"
 USER_AGENT = f"tracedash-sdk/{__version__} python/{sys.version_info[0]}.{sys.version_info[1]}"
 TRACES_PATH = "/api/v1/traces"
+SCORES_PATH = "/api/v1/scores"
 # The server takes 10 MiB per request (after gunzip) by default; stay well under it.
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
@@ -47,6 +48,10 @@ class SpanExporter:
 
     def on_end(self, span: Any) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def on_score(self, score: Dict[str, Any]) -> None:
+        """A score (the JSON object of ``POST /api/v1/scores``) to send; must not block or raise.
+        Exporters that do not send scores drop them."""
 
     def flush(self, timeout: float = 5.0) -> bool:
         return True
@@ -65,11 +70,16 @@ class InMemoryExporter(SpanExporter):
 
     def __init__(self) -> None:
         self.spans: List[Any] = []
+        self.scores: List[Dict[str, Any]] = []
         self._lock = threading.Lock()
 
     def on_end(self, span: Any) -> None:
         with self._lock:
             self.spans.append(span)
+
+    def on_score(self, score: Dict[str, Any]) -> None:
+        with self._lock:
+            self.scores.append(score)
 
     def records(self) -> List[Dict[str, Any]]:
         """The spans as the native JSON objects ``BatchExporter`` would send."""
@@ -80,6 +90,7 @@ class InMemoryExporter(SpanExporter):
     def clear(self) -> None:
         with self._lock:
             self.spans.clear()
+            self.scores.clear()
 
     @property
     def stats(self) -> Dict[str, int]:
@@ -94,6 +105,15 @@ class _FlushMarker:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+
+
+class _Score:
+    """A score waiting in the exporter's queue beside the spans (its JSON object)."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: Dict[str, Any]) -> None:
+        self.record = record
 
 
 class _Outcome:
@@ -113,6 +133,9 @@ class BatchExporter(SpanExporter):
       ``max_retry_time`` seconds, then the batch is dropped (``batches_failed``,
       ``spans_dropped``). Other 4xx/5xx answers drop the batch at once and log once per status.
       A 200 that rejects some spans logs the first reason (``spans_rejected``).
+    - **Scores** (``on_score``: ``Span.score``, ``Tracer.score``) share the queue, the thread and the
+      retries, and go in batches to ``POST /api/v1/scores``; ``flush`` and ``shutdown`` include
+      them (counters ``scores_sent``, ``scores_dropped``, ``scores_rejected``).
     - **Exit**: ``shutdown`` (also run by ``atexit`` with ``exit_timeout``) sends what is queued.
     - Without an endpoint it is a no-op: spans are dropped (counted) and one line is logged.
     """
@@ -161,7 +184,8 @@ class BatchExporter(SpanExporter):
         self._conn_timeout: Optional[float] = None
         self._taken = 0  # spans taken off the queue by the worker (only the worker writes it)
         self._counters = {"spans_sent": 0, "spans_dropped": 0, "spans_rejected": 0, "batches_sent": 0,
-                          "batches_failed": 0, "retries": 0}
+                          "batches_failed": 0, "retries": 0, "scores_sent": 0, "scores_dropped": 0,
+                          "scores_rejected": 0}
         self._last_rejection_log = 0.0
 
     # -- host side (any thread) --------------------------------------------------------------
@@ -178,9 +202,21 @@ class BatchExporter(SpanExporter):
         elif len(queue) >= self.max_batch_spans and not self._wake.is_set():
             self._wake.set()
 
-    def _drop_new(self) -> None:
+    def on_score(self, score: Dict[str, Any]) -> None:
+        """Queue a score (same queue, limits and thread as spans). Never blocks, never raises."""
+        queue = self._queue
+        if len(queue) >= self.max_queue_spans or self._closed or self._target is None:
+            self._drop_new("scores_dropped")
+            return
+        queue.append(_Score(score))
+        if self._thread is None:
+            self._start()
+        elif len(queue) >= self.max_batch_spans and not self._wake.is_set():
+            self._wake.set()
+
+    def _drop_new(self, counter: str = "spans_dropped") -> None:
         with self._lock:
-            self._counters["spans_dropped"] += 1
+            self._counters[counter] += 1
         if self._target is None:
             self._log_once("no-endpoint", logging.WARNING,
                            "tracedash: no endpoint configured (set TRACEDASH_ENDPOINT or Tracer(endpoint=...)); "
@@ -206,7 +242,7 @@ class BatchExporter(SpanExporter):
         ``batches_failed``, ``retries``, and ``queue_length`` (waiting now)."""
         with self._lock:
             out = dict(self._counters)
-        waiting = sum(1 for item in list(self._queue) if type(item) is not _FlushMarker)
+        waiting = sum(1 for item in list(self._queue) if type(item) is not _FlushMarker and type(item) is not _Score)
         out["spans_queued"] = self._taken + waiting
         out["queue_length"] = waiting
         return out
@@ -269,20 +305,29 @@ class BatchExporter(SpanExporter):
         queue = self._queue
         while queue:
             batch: List[Any] = []
+            scores: List[Dict[str, Any]] = []
             markers: List[_FlushMarker] = []
             limit = self.max_batch_spans
-            while queue and len(batch) < limit:
+            while queue and len(batch) + len(scores) < limit:
                 item = queue.popleft()
                 if type(item) is _FlushMarker:
                     markers.append(item)
                     break
-                batch.append(item)
+                if type(item) is _Score:
+                    scores.append(item.record)
+                else:
+                    batch.append(item)
             self._taken += len(batch)
             if batch:
                 if self._past_stop_deadline():
                     self._count(spans_dropped=len(batch))
                 else:
                     self._export(batch)
+            if scores:  # after the spans they belong to
+                if self._past_stop_deadline():
+                    self._count(scores_dropped=len(scores))
+                else:
+                    self._export_scores(scores)
             for marker in markers:
                 marker.event.set()
 
@@ -317,31 +362,51 @@ class BatchExporter(SpanExporter):
         if parts:
             self._send(parts)
 
-    def _send(self, parts: List[bytes]) -> None:
-        body = encode_batch(parts)
+    def _export_scores(self, scores: List[Dict[str, Any]]) -> None:
+        parts: List[bytes] = []
+        for score in scores:
+            try:
+                parts.append(json.dumps(score, separators=(",", ":"), allow_nan=False).encode())
+            except (TypeError, ValueError):
+                self._count(scores_dropped=1)
+                self._log_once("encode-score", logging.WARNING,
+                               "tracedash: a score could not be encoded (NaN, infinity or an odd value) and was dropped")
+        if parts:
+            self._send(parts, noun="scores")
+
+    def _send(self, parts: List[bytes], noun: str = "spans") -> None:
+        if noun == "scores":
+            body = b'{"scores":[' + b",".join(parts) + b"]}"
+        else:
+            body = encode_batch(parts)
+        sent, dropped, refused = f"{noun}_sent", f"{noun}_dropped", f"{noun}_rejected"
         compressor = zlib.compressobj(self.compress_level, zlib.DEFLATED, 31)  # 31: gzip container
         payload = compressor.compress(body) + compressor.flush()
         count = len(parts)
         deadline = time.monotonic() + self.max_retry_time
         attempt = 0
         while True:
-            outcome, status, retry_after, detail = self._post(payload)
+            outcome, status, retry_after, detail = self._post(payload, noun)
             if outcome == _Outcome.OK:
                 rejected = _rejected(detail)
-                self._count(batches_sent=1, spans_sent=count - len(rejected), spans_rejected=len(rejected))
+                self._count(batches_sent=1, **{sent: count - len(rejected), refused: len(rejected)})
                 if rejected:
-                    self._log_rejected(rejected, count)
+                    self._log_rejected(rejected, count, noun)
                 return
             if outcome == _Outcome.FAIL:
                 if status == 413 and count > 1:  # the server takes less than we thought: halve
                     half = count // 2
-                    self._send(parts[:half])
-                    self._send(parts[half:])
+                    self._send(parts[:half], noun)
+                    self._send(parts[half:], noun)
                     return
-                self._count(batches_failed=1, spans_dropped=count)
-                self._log_once(("status", status), logging.ERROR,
-                               "tracedash: the server refused a batch of %d spans with HTTP %s: %s "
-                               "(dropped; logged once per status)", count, status, _error_text(detail))
+                if noun == "scores" and status == 400 and isinstance(detail, dict):
+                    self._count(**{refused: count})  # every score of the batch refused by validation
+                    self._log_rejected((detail.get("error") or {}).get("details") or [{}], count, noun)
+                    return
+                self._count(batches_failed=1, **{dropped: count})
+                self._log_once(("status", noun, status), logging.ERROR,
+                               "tracedash: the server refused a batch of %d %s with HTTP %s: %s "
+                               "(dropped; logged once per status)", count, noun, status, _error_text(detail))
                 return
             # retryable: 429/502/503/504 or a network error
             delay = self._backoff(attempt, retry_after)
@@ -350,10 +415,10 @@ class BatchExporter(SpanExporter):
             if self._stop_deadline is not None:
                 limit = min(limit, self._stop_deadline)
             if time.monotonic() + delay > limit or not self._sleep(delay, deadline):
-                self._count(batches_failed=1, spans_dropped=count)
-                self._log_once(("gave-up", status), logging.WARNING,
-                               "tracedash: gave up sending a batch of %d spans after %d attempts (%s); dropped",
-                               count, attempt, f"HTTP {status}" if status else detail)
+                self._count(batches_failed=1, **{dropped: count})
+                self._log_once(("gave-up", noun, status), logging.WARNING,
+                               "tracedash: gave up sending a batch of %d %s after %d attempts (%s); dropped",
+                               count, noun, attempt, f"HTTP {status}" if status else detail)
                 return
             self._count(retries=1)
 
@@ -377,14 +442,15 @@ class BatchExporter(SpanExporter):
                 time.sleep(max(0.0, wake_at - time.monotonic()))
                 return True
 
-    def _log_rejected(self, rejected: List[Any], count: int) -> None:
+    def _log_rejected(self, rejected: List[Any], count: int, noun: str = "spans") -> None:
         now = time.monotonic()
         if now - self._last_rejection_log < 60.0 and self._last_rejection_log:
             return
         self._last_rejection_log = now
-        first = rejected[0] if isinstance(rejected[0], dict) else {}
-        log.warning("tracedash: the server rejected %d of %d spans; first: span %s, field %s: %s",
-                    len(rejected), count, first.get("index"), first.get("field"), first.get("message"))
+        first = rejected[0] if rejected and isinstance(rejected[0], dict) else {}
+        log.warning("tracedash: the server rejected %d of %d %s; first: %s %s, field %s: %s",
+                    len(rejected), count, noun, noun[:-1], first.get("index"),
+                    first.get("field"), first.get("message"))
 
     # -- HTTP --------------------------------------------------------------------------------------
     def _request_timeout(self) -> float:
@@ -416,9 +482,11 @@ class BatchExporter(SpanExporter):
             except Exception:  # noqa: BLE001
                 pass
 
-    def _post(self, payload: bytes) -> Tuple[str, Optional[int], Optional[float], Any]:
+    def _post(self, payload: bytes, noun: str = "spans") -> Tuple[str, Optional[int], Optional[float], Any]:
         """(outcome, HTTP status, Retry-After seconds, decoded body or error text)."""
         path = self._target[3]  # type: ignore[index]
+        if noun == "scores":
+            path = path[: -len(TRACES_PATH)] + SCORES_PATH
         for fresh_retry in (False, True):
             reused = self._conn is not None and self._conn.sock is not None
             try:

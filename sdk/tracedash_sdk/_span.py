@@ -234,6 +234,16 @@ class NonRecordingSpan(_SpanBase):
     def end(self, end_time: Optional[int] = None) -> None:
         pass
 
+    def score(self, name: str, value: Any, *, comment: Optional[str] = None, source: str = "sdk",
+              author: Optional[str] = None, score_id: Optional[str] = None,
+              data_type: Optional[str] = None) -> "NonRecordingSpan":
+        """The trace is not recorded (sampled out): the score is checked, then dropped."""
+        from ._score import build_score
+
+        build_score(self.trace_id, name, value, span_id=self.span_id, comment=comment, source=source, author=author,
+                    score_id=score_id, data_type=data_type)
+        return self
+
     def _add_output_tokens(self, n: int) -> None:
         pass
 
@@ -398,6 +408,16 @@ class Span(_SpanBase):
         """A child span for a cache lookup in front of the model (see :class:`CacheLookup`):
         ``with t.cache("semantic") as c: c.hit = ...``."""
         return self._tracer.cache(name, attributes=attributes, parent=self)
+
+    def score(self, name: str, value: Any, *, comment: Optional[str] = None, source: str = "sdk",
+              author: Optional[str] = None, score_id: Optional[str] = None,
+              data_type: Optional[str] = None) -> "Span":
+        """Score this span (``tracer.score(trace_id, ...)`` scores the trace as a whole): ``bool`` ->
+        boolean, ``int``/``float`` -> numeric, ``str`` -> categorical. Sent in the background to
+        ``POST /api/v1/scores`` with the spans; a bad argument raises ValueError/TypeError here."""
+        self._tracer.score(self.trace_id, name, value, span_id=self.span_id, comment=comment, source=source,
+                           author=author, score_id=score_id, data_type=data_type)
+        return self
 
     @property
     def duration_ns(self) -> Optional[int]:

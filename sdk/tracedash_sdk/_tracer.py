@@ -12,6 +12,7 @@ import threading
 from typing import Any, Callable, Iterable, Mapping, MutableMapping, Optional, TypeVar, Union
 
 from ._exporter import BatchExporter, SpanExporter
+from ._score import build_score
 from ._span import (_CURRENT, CACHE_NAME_ATTRIBUTE, AnySpan, CacheLookup, NonRecordingSpan, Parent, Span, SpanContext,
                     check_phase, current_span, new_trace_id)
 
@@ -180,6 +181,24 @@ class Tracer:
             threading.Thread(target=work).start()
         """
         return CapturedContext(_CURRENT.get())
+
+    # -- scores ----------------------------------------------------------------------------------
+    def score(self, trace_id: str, name: str, value: Any, *, span_id: Optional[str] = None,
+              comment: Optional[str] = None, source: str = "sdk", author: Optional[str] = None,
+              score_id: Optional[str] = None, data_type: Optional[str] = None) -> None:
+        """Score a trace (or, with ``span_id``, one of its spans), at any time after it ran, e.g.
+        when the user clicks thumbs-up: ``tracer.score(trace_id, "user.feedback", True)``. ``bool``
+        -> boolean, ``int``/``float`` -> numeric, ``str`` -> categorical. Queued and sent in the
+        background to ``POST /api/v1/scores`` (batched, retried like spans; ``flush``/``shutdown``
+        include it). A bad argument raises ValueError/TypeError; sending never raises. Without
+        ``score_id`` the server derives one from (trace, span, name, source, author): scoring the
+        same thing again replaces the earlier score."""
+        score = build_score(trace_id, name, value, span_id=span_id, comment=comment, source=source, author=author,
+                            score_id=score_id, data_type=data_type)
+        try:
+            self.exporter.on_score(score)
+        except Exception:  # noqa: BLE001 - tracing must never break the host app
+            pass
 
     # -- export ----------------------------------------------------------------------------------
     def flush(self, timeout: float = 5.0) -> bool:

@@ -56,7 +56,7 @@ class FakeTraceServer:
                 if answer.delay:
                     time.sleep(answer.delay)
                 body = answer.body if answer.body is not None else (
-                    {"accepted": len(payload["spans"]), "rejected": []} if answer.status == 200
+                    {"accepted": len(payload.get("spans", payload.get("scores", []))), "rejected": []} if answer.status == 200
                     else {"error": {"code": "scripted", "message": f"scripted {answer.status}", "details": []}})
                 data = json.dumps(body).encode()
                 try:
