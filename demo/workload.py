@@ -258,7 +258,10 @@ class DemoJudge:
         with self._lock:
             self.given.append((trace_id, span_id, value, late))
         if not late and hasattr(span, "score"):
-            span.score(self.NAME, value, source=self.SOURCE, author=self.AUTHOR)
+            try:
+                span.score(self.NAME, value, source=self.SOURCE, author=self.AUTHOR)
+            except Exception:  # noqa: BLE001 - a judge's failure must not reach the demo app
+                pass
             return
         key = (trace_id, span_id)
         with self._lock:

@@ -209,3 +209,24 @@ def test_the_judges_seeded_scores_put_int8_a_little_lower():
     assert 0.25 < late < 0.42
     again = DemoJudge(td.Tracer(exporter=td.InMemoryExporter()), seed=5, pace=0.0)
     assert [again.draw(FP16) for _ in range(600)] == draws[FP16]  # seeded: the same scores every run
+
+
+def test_the_demo_app_sends_the_judges_scores_int8_lower_some_late():
+    app, records = _demo_run(900, seed=8)
+    calls = {r["span_id"]: r for r in records if r["phase"] == "inference"}
+    scores = app.tracer.exporter.scores
+    assert scores and len(scores) == len(app.judge.given)
+    # one score per answer from a model (cache hits and failures are not judged), on its model call's span
+    answered = {r["span_id"] for r in calls.values() if r["status"] != "error"}
+    assert {s["span_id"] for s in scores} <= answered and len({s["span_id"] for s in scores}) == len(scores)
+    assert all(s["name"] == "quality" and s["source"] == "eval" and s["author"] == "demo-judge"
+               and s["trace_id"] == calls[s["span_id"]]["trace_id"] and 1 <= s["value"] <= 5 for s in scores)
+    late = [s for s in scores if s.get("comment") == "late evaluation"]
+    assert 0.2 < len(late) / len(scores) < 0.45
+    by_variant: dict[str, list[float]] = {"fp16": [], "int8": []}
+    for s in scores:
+        quantization = calls[s["span_id"]]["attributes"].get("llm.quantization")
+        if quantization:
+            by_variant[quantization].append(s["value"])
+    assert min(len(v) for v in by_variant.values()) > 150, {k: len(v) for k, v in by_variant.items()}
+    assert statistics.mean(by_variant["int8"]) < statistics.mean(by_variant["fp16"]) - 0.05, by_variant
