@@ -156,11 +156,12 @@ def simulator_config(seed: int | None = None) -> SimulatorConfig:
         # A paged KV cache of 16 blocks x 16 tokens per model (bench/demo_kv.py): the demo's normal load
         # fills it now and then (the Engines page shows it move), twice the load keeps it near full with
         # waiting requests and preemptions.
-        kv_cache_blocks=16, kv_block_tokens=16,
+        kv_cache_blocks=12, kv_block_tokens=16,
         models={
             VARIANTS["int8"].model: ModelProfile(prefill_ms=45, prefill_ms_per_token=0.13, decode_ms_per_token=4.0),
-            "llama-3.1-70b": ModelProfile(prefill_ms=150, decode_ms_per_token=8, capacity=4, error_rate=0.08),
-            "claude-haiku": ModelProfile(prefill_ms=90, decode_ms_per_token=8),
+            "llama-3.1-70b": ModelProfile(prefill_ms=150, decode_ms_per_token=8, capacity=4, error_rate=0.08,
+                                          kv_cache_blocks=16),
+            "claude-haiku": ModelProfile(prefill_ms=90, decode_ms_per_token=8, kv_cache_blocks=16),
         },
     )
 
@@ -309,11 +310,13 @@ class DemoApp:
         if self.pace:
             time.sleep(self.rng.uniform(low_ms, high_ms) / 1000 * self.pace)
 
-    def handle_request(self) -> None:
-        """One user request = one trace."""
+    def handle_request(self, model: str | None = None) -> None:
+        """One user request = one trace (``model``: the model it asks for, else one drawn by
+        ``MODEL_WEIGHTS``; ``DEMO_MODEL`` draws one of its variants)."""
         tracer, rng = self.tracer, self.rng
         question = _phrased(rng, rng.choices(INTENTS, weights=_POPULARITY)[0])
-        model = rng.choices(list(MODEL_WEIGHTS), weights=list(MODEL_WEIGHTS.values()))[0]
+        drawn = rng.choices(list(MODEL_WEIGHTS), weights=list(MODEL_WEIGHTS.values()))[0]
+        model = model or drawn
         variant = None
         if model == DEMO_MODEL:
             variant = VARIANTS[rng.choices(list(VARIANT_SHARE), weights=list(VARIANT_SHARE.values()))[0]]
@@ -386,12 +389,17 @@ class DemoApp:
 
 
 class DemoLoop:
-    """Runs the demo app in a few threads at a gentle rate until stopped (``make run``'s demo)."""
+    """Runs the demo app in a few threads at a gentle rate until stopped (``make run``'s demo), with
+    a rush now and then: every ``rush_every`` seconds (+-30 %), ``rush_size`` more requests at once
+    (users arriving together), so the simulator's queue forms and its priority scheduling shows:
+    premium requests are admitted first, free ones wait (the tier split's P95s differ). 0: no rush."""
 
-    def __init__(self, app: DemoApp, *, threads: int = 3, interval: float = 0.7):
+    def __init__(self, app: DemoApp, *, threads: int = 3, interval: float = 0.7, rush_every: float = 25.0,
+                 rush_size: int = 12):
         self.app = app
         self.threads = threads
         self.interval = interval
+        self.rush_every, self.rush_size = rush_every, rush_size
         self._stop = threading.Event()
         self._workers: list[threading.Thread] = []
 
@@ -403,9 +411,28 @@ class DemoLoop:
                 pass
             self._stop.wait(self.app.rng.uniform(0.5, 1.5) * self.interval)
 
+    def _one(self) -> None:
+        try:
+            self.app.handle_request(model=DEMO_MODEL)
+        except Exception:  # noqa: BLE001 - the demo must never take the server down
+            pass
+
+    def _rush(self) -> None:
+        while not self._stop.wait(self.rush_every * self.app.rng.uniform(0.7, 1.3)):
+            users = [threading.Thread(target=self._one, name="tracedash-demo-rush", daemon=True)
+                     for _ in range(self.rush_size)]
+            for user in users:
+                user.start()
+            for user in users:
+                user.join(30.0)
+
     def start(self) -> None:
         for n in range(self.threads):
             worker = threading.Thread(target=self._run, name=f"tracedash-demo-{n}", daemon=True)
+            worker.start()
+            self._workers.append(worker)
+        if self.rush_every > 0 and self.rush_size > 0:
+            worker = threading.Thread(target=self._rush, name="tracedash-demo-rushes", daemon=True)
             worker.start()
             self._workers.append(worker)
 
