@@ -31,7 +31,7 @@ import json
 import random
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -153,9 +153,9 @@ def simulator_config(seed: int | None = None) -> SimulatorConfig:
         error_rate=0.03, capacity=16, jitter=0.25, default_model=VARIANTS["fp16"].model,
         scheduling_policy="priority",
         # The defaults are FP16's (the default model); INT8 decodes 1.6x as fast and prefills faster.
-        # A paged KV cache of 16 blocks x 16 tokens per model (bench/demo_kv.py): the demo's normal load
-        # fills it now and then (the Engines page shows it move), twice the load keeps it near full with
-        # waiting requests and preemptions.
+        # A paged KV cache of 12 blocks x 16 tokens per variant, 16 for the other models
+        # (bench/demo_kv.py): the demo's normal load fills it now and then (the Engines page shows it
+        # move), its rushes keep it full with waiting requests and preemptions for a moment.
         kv_cache_blocks=12, kv_block_tokens=16,
         models={
             VARIANTS["int8"].model: ModelProfile(prefill_ms=45, prefill_ms_per_token=0.13, decode_ms_per_token=4.0),
@@ -236,7 +236,8 @@ class DemoJudge:
         self.rng = random.Random(f"judge-{seed}")
         self.pace = pace
         self.available = hasattr(tracer, "score")
-        self.given: list[tuple[str, str, int, bool]] = []  # (trace_id, span_id, value, late)
+        # (trace_id, span_id, value, late) of the latest scores (bounded: the demo runs for days)
+        self.given: deque[tuple[str, str, int, bool]] = deque(maxlen=10_000)
         self._timers: list[threading.Timer] = []
         self._pending: dict[tuple[str, str], int] = {}  # late scores not given yet
         self._lock = threading.Lock()
