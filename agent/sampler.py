@@ -79,19 +79,25 @@ class _GpuUnreadable(Exception):
 
 
 class NvmlReader:
-    """Reads GPUs through pynvml; ``available`` is False when NVML cannot start (``reason`` says why)."""
+    """Reads GPUs through pynvml; ``available`` is False when NVML cannot start (``reason`` says why).
 
-    def __init__(self):
+    ``module``: a pynvml-shaped object to read instead of ``import pynvml`` (the demo's simulated
+    GPUs, ``demo.gpus``); None, the default, is the real NVML."""
+
+    def __init__(self, module=None):
         self.available = False
         self.reason = ""
         self._known: dict[int, tuple[str, str]] = {}  # index -> (uuid, name) last read
         self._failing: dict[int, tuple[str, float]] = {}  # index -> (message, when last warned)
         self._present: dict[str, tuple[int, str]] = {}  # uuid -> (index, name) of the GPUs in the last sample
-        try:
-            import pynvml
-        except ImportError as exc:
-            self.reason = f"the pynvml module (package nvidia-ml-py) is not installed ({exc})"
-            return
+        if module is not None:
+            pynvml = module
+        else:
+            try:
+                import pynvml
+            except ImportError as exc:
+                self.reason = f"the pynvml module (package nvidia-ml-py) is not installed ({exc})"
+                return
         try:
             pynvml.nvmlInit()
         except Exception as exc:  # NVMLError (no driver, library not found), OSError

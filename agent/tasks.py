@@ -1,5 +1,6 @@
 """The embedded server's in-process sampler: the local machine's resources, recorded for each
-project of this installation, so the Resources page shows the local machine out of the box; and
+project of this installation, so the Resources page shows the local machine out of the box (and
+any host added by ``sampler_add``: the demo's simulated GPU hosts); and
 the inference engines it is told to scrape (``TRACEDASH_SCRAPE``, and the demo's simulator), so
 the Engines page shows them.
 
@@ -28,6 +29,7 @@ log = logging.getLogger("tracedash.agent")
 _sampler: ResourceSampler | None = None
 _scraper: EngineScraper | None = None
 _extra_targets: list[str] = []
+_extra_samplers: list[ResourceSampler] = []  # more hosts sampled each round (the demo's simulated GPU hosts)
 _lock = threading.Lock()
 
 
@@ -54,6 +56,20 @@ def scrape_target_remove(spec: str) -> None:
         if spec in _extra_targets:
             _extra_targets.remove(spec)
             _scraper = None
+
+
+def sampler_add(sampler: ResourceSampler) -> None:
+    """Sample one more host each round from the next one on, beside the local machine (``serve``
+    adds the demo's simulated GPU hosts, ``demo.gpus``); its rows are ingested as the local ones."""
+    with _lock:
+        if sampler not in _extra_samplers:
+            _extra_samplers.append(sampler)
+
+
+def sampler_remove(sampler: ResourceSampler) -> None:
+    with _lock:
+        if sampler in _extra_samplers:
+            _extra_samplers.remove(sampler)
 
 
 def local_scraper() -> EngineScraper:
@@ -93,7 +109,15 @@ def sample_local_host() -> int:
     project_ids = list(Project.objects.values_list("pk", flat=True))
     if not project_ids:
         return 0
-    count = resource_samples_record(rows=local_sampler().sample(), project_ids=project_ids)
+    rows = local_sampler().sample()
+    with _lock:
+        extra = list(_extra_samplers)
+    for sampler in extra:
+        try:
+            rows.extend(sampler.sample())
+        except Exception:  # noqa: BLE001 - another host's sampler must not stop the local one's samples
+            log.exception("sampling %s failed", sampler.host)
+    count = resource_samples_record(rows=rows, project_ids=project_ids)
     scraper = local_scraper()
     if scraper:
         samples = scraper.scrape()

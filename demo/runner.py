@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import tracedash_sdk as td
 
 from .simulator import SimulatorServer, serve
-from .workload import DemoApp, DemoLoop, simulator_config
+from .workload import DemoApp, DemoLoop, simulated_gpus, simulator_config
 
 
 class DemoError(Exception):
@@ -23,6 +23,9 @@ class RunningDemo:
     tracer: td.Tracer
     app: DemoApp
     loop: DemoLoop | None = None
+    # One agent.sampler.ResourceSampler per variant's simulated GPU host (demo.gpus): ``serve`` adds
+    # them to the embedded sampler's round (agent.tasks.sampler_add).
+    gpu_samplers: list = field(default_factory=list)
     _stopped: bool = field(default=False, init=False, repr=False)
     _stop_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -35,6 +38,8 @@ class RunningDemo:
             self._stopped = True
             if self.loop is not None:
                 self.loop.stop()
+            if self.app.judge is not None:
+                self.app.judge.flush()  # the late scores still pending, given now
             self.tracer.shutdown(timeout=flush_timeout)
             self.simulator.stop()
 
@@ -51,7 +56,10 @@ def start_demo(*, endpoint: str, api_key: str, loop: bool, seed: int | None = No
                         "(0 picks one), or TRACEDASH_DEMO=0 to run without the demo") from None
     tracer = td.Tracer(endpoint=endpoint, api_key=api_key, service="chat-api")
     app = DemoApp(tracer, simulator.url, seed=seed, pace=pace)
-    demo = RunningDemo(simulator=simulator, tracer=tracer, app=app)
+    from .gpus import gpu_samplers
+
+    demo = RunningDemo(simulator=simulator, tracer=tracer, app=app,
+                       gpu_samplers=gpu_samplers(simulator.app.model_stats, simulated_gpus()))
     if loop:
         demo.loop = DemoLoop(app, threads=threads)
         demo.loop.start()

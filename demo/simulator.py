@@ -5,7 +5,8 @@ Endpoints
     POST /v1/chat/completions   chat completions, streamed (SSE) or not
     GET  /v1/models             the configured model names
     GET  /health                {"status": "ok"}
-    GET  /stats                 counters: requests, in_flight, queued, active, errors, tokens, kv_cache, ...
+    GET  /stats                 counters: requests, in_flight, queued, active, errors, tokens, kv_cache, ...,
+                                and per model: running, waiting, KV blocks used, busy seconds
     GET  /metrics               vLLM's (V1 engine) Prometheus metrics, per model (see "Engine metrics")
 
 Timing model of one chat completion (all knobs in :class:`SimulatorConfig`, per model in
@@ -41,6 +42,15 @@ KV-cache model (``kv_cache_blocks`` > 0; 0 = none, the model above exactly): eac
     kv cache usage = used blocks / kv_cache_blocks
     max context    = kv_cache_blocks * kv_block_tokens tokens: a request whose prompt plus max_tokens
                      exceeds it gets vLLM's 400; a drawn output length is cut to fit (finish "length")
+
+Priority scheduling (``scheduling_policy="priority"``, vLLM's ``--scheduling-policy priority``; KV
+model only; without the KV model it is accepted and changes nothing): a request may carry vLLM's
+``"priority"`` (an integer, lower first, default 0). The
+waiting queue is then ordered by (priority, arrival) instead of arrival alone, a preempted request
+goes back in that order, and the preemption victim is the running request of the lowest priority
+(latest arrival among equals). Under load, low-priority requests wait longer for their first token.
+A non-zero priority sent to a pool without the policy gets vLLM's 400 ("Priority scheduling is not
+enabled").
 
 A preemption admits nobody by itself (vLLM schedules no waiting request in a step that preempted):
 the next admission comes with the next request that finishes, leaves or arrives. Under this model
@@ -136,6 +146,7 @@ class ModelProfile:
     jitter: float | None = None
     kv_cache_blocks: int | None = None
     kv_block_tokens: int | None = None
+    scheduling_policy: str | None = None
 
 
 _PROFILE_FIELDS = tuple(f.name for f in fields(ModelProfile))
@@ -162,6 +173,7 @@ class SimulatorConfig:
     jitter: float = 0.1                    # lognormal sigma of the noise on every duration; 0 = exact
     kv_cache_blocks: int = 0               # KV-cache blocks per pool (see module docstring); 0 = no KV model
     kv_block_tokens: int = 16              # tokens per KV-cache block (vLLM's default block size)
+    scheduling_policy: str = "fcfs"        # "fcfs" or "priority" (vLLM's --scheduling-policy; KV model only)
     seed: int | None = None                # random seed (reproducible output lengths, texts, errors)
     default_model: str = "sim-gpt"         # listed by /v1/models beside ``models``
     models: dict[str, ModelProfile] = field(default_factory=dict)
@@ -265,6 +277,8 @@ def _validate(p: ModelProfile, model: str | None) -> None:
         raise ValueError(f"{where}: error_rate > 0 needs a non-empty error_mix")
     if p.max_tokens_mode not in ("exact", "cap"):
         raise ValueError(f"{where}: max_tokens_mode must be 'exact' or 'cap'")
+    if p.scheduling_policy not in ("fcfs", "priority"):
+        raise ValueError(f"{where}: scheduling_policy must be 'fcfs' or 'priority'")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -434,10 +448,12 @@ class _Seq:
     """A request in a pool with a KV cache: its tokens, the blocks it holds, and whether it runs."""
 
     __slots__ = ("prompt_tokens", "generated", "blocks", "running", "ready", "admissions", "admitted_loop",
-                 "admitted_perf", "gone")
+                 "admitted_perf", "gone", "priority", "order")
 
-    def __init__(self, prompt_tokens: int):
+    def __init__(self, prompt_tokens: int, priority: int = 0, order: int = 0):
         self.prompt_tokens = prompt_tokens
+        self.priority = priority     # vLLM's request priority: lower is scheduled first (priority policy)
+        self.order = order           # arrival order in its pool (ties between equal priorities)
         self.generated = 0           # tokens generated so far (and sent, when streamed)
         self.blocks = 0              # KV-cache blocks held (0 while waiting)
         self.running = False
@@ -455,11 +471,16 @@ class _Pool:
     a decoding request its next block, preempting the newest running request when none is free."""
 
     __slots__ = ("capacity", "max_queue", "sem", "active", "waiting", "model_name", "metrics", "blocks",
-                 "block_tokens", "used", "running", "queue", "preemptions", "loop")
+                 "block_tokens", "used", "running", "queue", "preemptions", "loop", "priority", "arrivals",
+                 "_busy", "_since")
 
     def __init__(self, capacity: int, max_queue: int, model_name: str, metrics: _ModelMetrics, blocks: int = 0,
-                 block_tokens: int = 16):
+                 block_tokens: int = 16, scheduling_policy: str = "fcfs"):
         self.capacity, self.max_queue = capacity, max_queue
+        self.priority = scheduling_policy == "priority"  # KV model: admit by (priority, arrival), not arrival
+        self.arrivals = 0
+        self._busy = 0.0                 # seconds with at least one request running, up to _since
+        self._since = time.monotonic()
         self.model_name, self.metrics = model_name, metrics
         self.blocks, self.block_tokens = blocks, block_tokens
         self.sem: asyncio.Semaphore | None = None
@@ -476,6 +497,38 @@ class _Pool:
         self.sem = asyncio.Semaphore(self.capacity) if self.capacity and not self.blocks else None
         self.active = self.waiting = self.used = 0
         self.running, self.queue, self.loop = [], deque(), loop
+        self._since = time.monotonic()
+
+    def mark(self) -> None:
+        """Call before ``active`` changes: accrues the busy time (a request running) until now."""
+        now = time.monotonic()
+        if self.active > 0:
+            self._busy += now - self._since
+        self._since = now
+
+    def busy_seconds(self) -> float:
+        """Seconds so far in which at least one request was running (prefilling or decoding): the
+        simulated GPU's "a kernel ran" time, the demo's NVML utilisation (demo.gpus)."""
+        return self._busy + (time.monotonic() - self._since if self.active > 0 else 0.0)
+
+    def _key(self, seq: _Seq) -> tuple[int, int]:
+        return (seq.priority, seq.order)
+
+    def _queue_insert(self, seq: _Seq, front: bool) -> None:
+        """FCFS: at the back (a new request) or the front (a preempted one). Priority: by (priority,
+        arrival), as vLLM's priority scheduler orders its waiting queue (a preempted request too)."""
+        if not self.priority:
+            if front:
+                self.queue.appendleft(seq)
+            else:
+                self.queue.append(seq)
+            return
+        key = self._key(seq)
+        for i, other in enumerate(self.queue):
+            if self._key(other) > key:
+                self.queue.insert(i, seq)
+                return
+        self.queue.append(seq)
 
     @property
     def max_context(self) -> int:
@@ -485,13 +538,16 @@ class _Pool:
 
     def kv_enqueue(self, seq: _Seq) -> None:
         seq.ready = self.loop.create_future()
-        self.queue.append(seq)
+        self.arrivals += 1
+        seq.order = self.arrivals
+        self._queue_insert(seq, front=False)
         self.waiting += 1
         self.kv_admit()
 
     def kv_admit(self) -> None:
         """Admit waiting requests in order while a slot and the blocks for the head's tokens are free
-        (vLLM's FCFS scheduler: the head of the queue holds back those behind it)."""
+        (vLLM's FCFS scheduler: the head of the queue holds back those behind it; with the priority
+        policy the queue's order is by priority first, so a premium request overtakes free ones)."""
         queue, bt = self.queue, self.block_tokens
         while queue:
             if self.capacity and self.active >= self.capacity:
@@ -505,6 +561,7 @@ class _Pool:
             self.used += need
             seq.blocks = need
             self.running.append(seq)
+            self.mark()
             self.active += 1
             seq.running = True
             seq.admissions += 1
@@ -519,7 +576,9 @@ class _Pool:
         if extra <= 0:
             return True
         while self.used + extra > self.blocks:
-            victim = self.running[-1]  # the most recently admitted (vLLM's FCFS preemption order)
+            # FCFS: the most recently admitted (vLLM's FCFS preemption order); priority: the lowest
+            # priority, latest arrival among them (vLLM's priority policy)
+            victim = max(self.running, key=self._key) if self.priority else self.running[-1]
             self._preempt(victim)
             if victim is seq:
                 return False
@@ -530,12 +589,13 @@ class _Pool:
     def _preempt(self, seq: _Seq) -> None:
         """vLLM's recompute preemption: the blocks are freed, the request waits at the front."""
         self.running.remove(seq)
+        self.mark()
         self.active -= 1
         self.used -= seq.blocks
         seq.blocks = 0
         seq.running = False
         seq.ready = self.loop.create_future()
-        self.queue.appendleft(seq)
+        self._queue_insert(seq, front=True)
         self.waiting += 1
         self.preemptions += 1
         self.metrics.preemptions.inc()
@@ -547,6 +607,7 @@ class _Pool:
         seq.gone = True
         if seq.running:
             self.running.remove(seq)
+            self.mark()
             self.active -= 1
             self.used -= seq.blocks
             seq.blocks = 0
@@ -574,11 +635,11 @@ class _Stats:
 class _Request:
     """One parsed chat completion request."""
 
-    __slots__ = ("model", "stream", "include_usage", "max_tokens", "prompt_tokens")
+    __slots__ = ("model", "stream", "include_usage", "max_tokens", "prompt_tokens", "priority")
 
-    def __init__(self, model, stream, include_usage, max_tokens, prompt_tokens):
+    def __init__(self, model, stream, include_usage, max_tokens, prompt_tokens, priority=0):
         self.model, self.stream, self.include_usage = model, stream, include_usage
-        self.max_tokens, self.prompt_tokens = max_tokens, prompt_tokens
+        self.max_tokens, self.prompt_tokens, self.priority = max_tokens, prompt_tokens, priority
 
 
 class _Disconnect:
@@ -629,7 +690,7 @@ class SimulatorApp:
 
     def _new_pool(self, model: str, profile: ModelProfile) -> _Pool:
         return _Pool(profile.capacity, profile.max_queue, model, self._engine.model(model), profile.kv_cache_blocks,
-                     profile.kv_block_tokens)
+                     profile.kv_block_tokens, profile.scheduling_policy)
 
     # ---- ASGI entry
 
@@ -703,7 +764,27 @@ class SimulatorApp:
             "kv_cache": {"blocks": blocks, "used": used, "usage": round(used / blocks, 4) if blocks else 0.0},
             "preemptions": sum(p.preemptions for p in pools),
             "uptime_s": round(time.time() - s.started, 3),
+            "models": self.model_stats(),
         }
+
+    def model_stats(self) -> dict[str, dict]:
+        """Per model name (the pools serving it added up): requests running and waiting, KV-cache
+        blocks used of all, and ``busy_s``, the seconds in which at least one request ran (the
+        demo's simulated GPUs read their utilisation and memory from this, demo.gpus)."""
+        out: dict[str, dict] = {}
+        for pool in (self._default_pool, *self._pools.values()):
+            m = out.setdefault(pool.model_name, {"running": 0, "waiting": 0, "kv_blocks": 0, "kv_used": 0,
+                                                 "busy_s": 0.0, "preemptions": 0})
+            m["running"] += pool.active
+            m["waiting"] += pool.waiting
+            m["kv_blocks"] += pool.blocks
+            m["kv_used"] += pool.used
+            m["busy_s"] += pool.busy_seconds()
+            m["preemptions"] += pool.preemptions
+        for m in out.values():
+            m["kv_usage"] = round(m["kv_used"] / m["kv_blocks"], 4) if m["kv_blocks"] else 0.0
+            m["busy_s"] = round(m["busy_s"], 4)
+        return out
 
     # ---- chat completions
 
@@ -730,6 +811,10 @@ class SimulatorApp:
 
         profile = self._profiles.get(request.model, self._default_profile)
         pool = self._pools.get(request.model, self._default_pool)
+        if request.priority and not pool.priority:
+            stats.rejected += 1  # vLLM's answer to a priority its scheduler does not use
+            return await _send_json(send, 400, _error_body(400, (
+                f"Got priority {request.priority} but Priority scheduling is not enabled."), param="priority"))
         if pool.blocks:
             # vLLM's check (max_model_len, at most what the KV cache holds): prompt + max_tokens must fit.
             limit, wanted = pool.max_context, request.prompt_tokens + (request.max_tokens or 1)
@@ -774,7 +859,7 @@ class SimulatorApp:
             if pool.blocks:
                 if request.stream:
                     stats.streamed += 1
-                seq = _Seq(request.prompt_tokens)
+                seq = _Seq(request.prompt_tokens, request.priority)
                 await self._generate_kv(send, request, profile, pool, seq, n, finish_reason, prefill, t0, t_queue,
                                         watch)
             else:
@@ -788,6 +873,7 @@ class SimulatorApp:
                     else:
                         await pool.sem.acquire()
                 acquired = True
+                pool.mark()
                 pool.active += 1
                 t_slot = time.perf_counter()
                 l_slot = loop.time()
@@ -814,6 +900,7 @@ class SimulatorApp:
             if seq is not None:
                 pool.kv_leave(seq)
             if acquired:
+                pool.mark()
                 pool.active -= 1
                 if pool.sem is not None:
                     pool.sem.release()
@@ -868,7 +955,12 @@ class SimulatorApp:
             if not isinstance(options, dict):
                 raise _BadRequest("Invalid type for 'stream_options': expected an object.", "stream_options")
             include_usage = bool(options.get("include_usage"))
-        return _Request(model, bool(stream), include_usage, max_tokens, max(1, (chars + 3) // 4))
+        priority = data.get("priority", 0)
+        if priority is None:
+            priority = 0
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise _BadRequest("Invalid type for 'priority': expected an integer.", "priority")
+        return _Request(model, bool(stream), include_usage, max_tokens, max(1, (chars + 3) // 4), priority)
 
     def _completion_length(self, profile: ModelProfile, max_tokens: int | None) -> tuple[int, str]:
         if max_tokens is not None and profile.max_tokens_mode == "exact":
@@ -1244,6 +1336,7 @@ _HELP = {
     "kv_cache_blocks": "KV-cache blocks per model pool: a running request holds ceil((prompt + generated) / "
                        "block tokens) of them; none free -> the newest request is preempted (0 = no KV model)",
     "kv_block_tokens": "tokens per KV-cache block",
+    "scheduling_policy": "'fcfs' or 'priority': admit waiting requests by their 'priority' (lower first; KV model only)",
     "seed": "random seed", "default_model": "model name listed by /v1/models",
     "strict_models": "404 for unknown model names",
 }

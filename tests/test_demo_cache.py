@@ -25,7 +25,7 @@ def test_the_same_question_asked_another_way_is_the_same_key():
 def test_a_quarter_to_a_third_of_the_demos_requests_are_cache_hits():
     exporter = td.InMemoryExporter()
     tracer = td.Tracer(exporter=exporter, service="chat-api")
-    with serve(SimulatorConfig.instant(seed=3)) as sim:
+    with serve(SimulatorConfig.instant(seed=3, scheduling_policy="priority")) as sim:  # the demo sends tiers as priorities
         app = DemoApp(tracer, sim.url, seed=3, pace=0.0)
         for _ in range(REQUESTS):
             app.handle_request()

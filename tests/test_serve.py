@@ -159,6 +159,9 @@ def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
         while 'data-gpu="-1"' not in opener.open(f"{server.base}/resources/?project=1").read().decode():
             assert time.monotonic() < deadline, "no local CPU/memory sample on /resources/ after 60 s"
             time.sleep(1)
+        # ... and the demo's two variants' simulated GPU hosts beside it (docs/demo.md).
+        resources = opener.open(f"{server.base}/resources/?project=1").read().decode()
+        assert ">demo-gpu-fp16</option>" in resources and ">demo-gpu-int8</option>" in resources
         # Within two minutes of the start: the Engines page shows the demo simulator's queue and KV cache
         # (its vLLM-style /metrics, scraped by the in-process sampler) moving with the demo's load ...
         deadline = started + 120

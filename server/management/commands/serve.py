@@ -141,9 +141,11 @@ class Command(BaseCommand):
             api_key_revoke(key=ApiKey.objects.get(project=project, name=DEMO_KEY_NAME, revoked_at__isnull=True))
             self.stderr.write(f"tracedash: no demo workload: {exc}")
             return None
-        from agent.tasks import scrape_target_add
+        from agent.tasks import sampler_add, scrape_target_add
 
         scrape_target_add(f"vllm={demo.simulator.url}/metrics")  # its vLLM-style /metrics, on the Engines page
+        for sampler in demo.gpu_samplers:  # each variant's simulated GPU host, on the Resources page
+            sampler_add(sampler)
         self.stdout.write(f"tracedash: demo workload sending traces to project {project.name!r} "
                           f"(LLM simulator on {demo.simulator.url}; TRACEDASH_DEMO=0 turns it off)")
         return demo
