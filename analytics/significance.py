@@ -23,7 +23,7 @@ import numpy as np
 
 ALPHA = 0.05
 Z95 = 1.959963984540054
-BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_RESAMPLES = 2000
 SEED = 20260117
 
 
@@ -163,24 +163,30 @@ def holm(diffs: list[Diff]) -> list[Diff]:
 
 def bootstrap_quantiles(a, b, qs: tuple[float, ...], *, resamples: int = BOOTSTRAP_RESAMPLES,
                         seed: int = SEED) -> list[Diff]:
-    """``bootstrap_diff`` for several quantiles at once, from the same resamples (one sort each)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    """The percentile bootstrap of quantile(b, q) − quantile(a, q) for each q, without resampling
+    arrays: the q-quantile (nearest rank k = ⌈q·n⌉) of a resample of n values is the k-th order
+    statistic of n draws from the sample, i.e. ``sorted[floor(U·n)]`` with U ~ Beta(k, n − k + 1)
+    (the k-th order statistic of n uniforms). Exactly the bootstrap distribution, drawn in O(resamples)
+    after one sort, so 20,000 values per side cost a few milliseconds."""
+    a, b = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))
     if a.size < 2 or b.size < 2:
         return [NONE for _ in qs]
     rng = np.random.default_rng(seed)
-    chunk = max(1, 2_000_000 // max(a.size, b.size))
-    parts, done = [], 0
-    while done < resamples:
-        k = min(chunk, resamples - done)
-        ra = np.sort(a[rng.integers(0, a.size, size=(k, a.size))], axis=1)
-        rb = np.sort(b[rng.integers(0, b.size, size=(k, b.size))], axis=1)
-        parts.append(np.quantile(rb, qs, axis=1).T - np.quantile(ra, qs, axis=1).T)
-        done += k
-    d = np.concatenate(parts)  # resamples × quantiles
+
+    def draws(x, q):
+        n = x.size
+        k = min(max(int(math.ceil(q * n)), 1), n)
+        u = rng.beta(k, n - k + 1, size=resamples)
+        return x[np.minimum((u * n).astype(np.int64), n - 1)]
+
+    def nearest_rank(x, q):
+        n = x.size
+        return float(x[min(max(int(math.ceil(q * n)), 1), n) - 1])
+
     out = []
-    for j, q in enumerate(qs):
-        col = d[:, j]
-        estimate = float(np.quantile(b, q) - np.quantile(a, q))
+    for q in qs:
+        col = draws(b, q) - draws(a, q)
+        estimate = nearest_rank(b, q) - nearest_rank(a, q)
         low, high = (float(v) for v in np.quantile(col, [ALPHA / 2, 1 - ALPHA / 2]))
         p = min(1.0, 2 * min(float(np.mean(col <= 0)), float(np.mean(col >= 0))))
         if low == high == estimate == 0.0:

@@ -235,11 +235,10 @@ def variants_compare(*, project_id: int, start: datetime, end: datetime, key: st
     for i, (q, name) in enumerate(((0.5, "P50"), (0.95, "P95"), (0.99, "P99"))):
         add("Latency", f"E2E {name}", "ms", True, [ms(row["e2e_q"][i], row["requests"]) for row in rows],
             [b[i] for b in e2e_boot])
-    p95 = sig.quantile_statistic(0.95)
     add("Latency", "TTFT P95", "ms", True, [ms(row["ttft_p95"], row["ttft_n"]) for row in rows],
-        [sig.bootstrap_diff(samples["ttft"][0], s, p95) for s in samples["ttft"][1:]])
+        [sig.bootstrap_quantiles(samples["ttft"][0], s, (0.95,))[0] for s in samples["ttft"][1:]])
     add("Latency", "TPOT P95", "ms", True, [ms(row["tpot_p95"], row["tpot_n"]) for row in rows],
-        [sig.bootstrap_diff(samples["tpot"][0], s, p95) for s in samples["tpot"][1:]], 2)
+        [sig.bootstrap_quantiles(samples["tpot"][0], s, (0.95,))[0] for s in samples["tpot"][1:]], 2)
     add("Traffic", "Output tokens/s", "/s", False,
         [row["output_total"] / seconds if seconds else None for row in rows], [sig.NONE for _ in rows[1:]], 2)
     add("Quality", "Error rate", "%", True,

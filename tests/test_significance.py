@@ -70,3 +70,21 @@ def test_holm_adjusts_step_down_and_keeps_order():
     assert adjusted == pytest.approx([0.03, 0.06, 0.06])
     out = sig.holm(diffs)
     assert out[0].significant is True and out[1].significant is False  # 0.04 alone would be
+
+
+def test_order_statistic_bootstrap_matches_resampling():
+    """The Beta draw of a resample's quantile gives the same interval as resampling the array."""
+    a, b = draws(9, 400, 1000), draws(10, 400, 950)
+    fast = sig.bootstrap_quantiles(a, b, (0.95,), resamples=4000)[0]
+    slow = sig.bootstrap_diff(a, b, lambda x: np.quantile(x, 0.95, axis=1, method="inverted_cdf"), resamples=4000)
+    assert fast.low == pytest.approx(slow.low, abs=12) and fast.high == pytest.approx(slow.high, abs=12)
+    assert fast.estimate == pytest.approx(slow.estimate, abs=1e-9)
+
+
+def test_bootstrap_quantile_interval_coverage():
+    covered = 0
+    for i in range(60):
+        a, b = draws(300 + i, 300, 100, 10), draws(400 + i, 300, 104, 10)
+        d = sig.bootstrap_quantiles(a, b, (0.5,))[0]
+        covered += d.low <= 4 <= d.high
+    assert covered >= 52
