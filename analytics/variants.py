@@ -255,10 +255,11 @@ def variants_compare(*, project_id: int, start: datetime, end: datetime, key: st
     gpus = [gpu_rows.get(v) or {"util_n": 0, "util_mean": None, "util_var": None, "mem_n": 0, "mem_mean": None,
                                 "mem_var": None, "hosts": []} for v in values]
     result.hosts = {v: sorted(g["hosts"]) for v, g in zip(values, gpus)}
-    for prefix, label in (("mem", "GPU memory"), ("util", "GPU utilisation")):
+    # Less GPU memory is better (room for KV cache, a smaller card); utilisation has no direction.
+    for prefix, label, lower in (("mem", "GPU memory", True), ("util", "GPU utilisation", None)):
         vals = [g[f"{prefix}_mean"] if g[f"{prefix}_n"] else None for g in gpus]
         g0 = gpus[0]
-        add("GPU (hosts serving it)", label, "%", True, vals,
+        add("GPU (hosts serving it)", label, "%", lower, vals,
             [sig.welch_diff(g0[f"{prefix}_n"], vals[0], g0[f"{prefix}_var"], g[f"{prefix}_n"], v, g[f"{prefix}_var"])
              for g, v in zip(gpus[1:], vals[1:])])
     result.scores = _score_figures(r["scores"], values)
