@@ -6,7 +6,6 @@ answers 400 naming the parameter."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from django.contrib.auth.decorators import login_required
@@ -102,10 +101,6 @@ def variants_page(request):
     query = variants_query_from(request.GET)
     return _project_page(request, "dashboard/variants.html", "panel", lambda pid: _build(pid, bar, query),
                          filters=bar, query=query, errors=_errors(bar, query))
-
-
-def _num(x):
-    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
 @json_login_required
