@@ -30,17 +30,16 @@ MAX_VALUES = 8
 SAMPLE_CAP = 20_000  # per-trace values per variant read for a bootstrap (groupArraySample, seeded)
 SAMPLE_SEED = 17
 
-# trace_id -> its variant (the value on its earliest span carrying the key).
+# trace_id -> its variant (the value on its earliest span carrying the key; an empty value is no value).
 _ASSIGNED = """SELECT trace_id,
-        argMin(if(mapContains(attributes, {attr_key:String}), attributes[{attr_key:String}],
+        argMin(if(attributes[{attr_key:String}] != '', attributes[{attr_key:String}],
                   resource_attributes[{attr_key:String}]), start_time) AS variant
     FROM spans
     WHERE project_id = {project_id:UInt64}
       AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)
       AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)
-      AND (mapContains(attributes, {attr_key:String}) OR mapContains(resource_attributes, {attr_key:String}))
-    GROUP BY trace_id
-    HAVING variant != ''"""
+      AND (attributes[{attr_key:String}] != '' OR resource_attributes[{attr_key:String}] != '')
+    GROUP BY trace_id"""
 
 # The window's requests with their variant (only the chosen values).
 _VARIANT_TRACES_TEMPLATE = f"""SELECT t.*, a.variant AS variant
