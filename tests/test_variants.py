@@ -171,3 +171,20 @@ def test_a_key_without_values_shows_the_empty_state_with_escaped_names(client, m
     assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
     body = client.get(f"/variants.json?{window(start)}&key=no.such.key").json()
     assert body["values"] == [] and body["verdict"] == "no values" and body["figures"] == []
+
+
+def test_a_trace_carrying_two_values_counts_once_under_its_earliest_spans(client, make_user, project_with_key):
+    from tests.explorer_seed import seed_traces
+    from tests.variants_seed import variant_trace
+
+    user = make_user()
+    project, _ = project_with_key(members=[user])
+    start = t0()
+    seed_variants(project.pk, t0_ns=start, n=10, scores=False)
+    mixed = variant_trace(start + 30 * S, value="int8", e2e_ms=900, host="gpu-x")
+    mixed[1]["attributes"] = {"llm.quantization": "fp16"}  # the network span starts first
+    mixed[2]["resource_attributes"] = {"llm.quantization": "", "host.name": "gpu-x"}  # empty: no value
+    seed_traces(project_id=project.pk, traces=[mixed])
+    client.force_login(user)
+    body = client.get(f"/variants.json?{window(start)}&value=fp16&value=int8").json()
+    assert figures(body)["Requests"]["values"] == [11, 10]
