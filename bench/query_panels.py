@@ -127,6 +127,18 @@ def _compare_attribute(state: dict, i: int) -> int:
     return result.a.requests + result.b.requests
 
 
+def _variants(state: dict, i: int) -> int:
+    """The Variants view's figures of two values (user.tier free vs pro, the bench's variant-like
+    attribute): request figures with their bootstrap samples, scores and hosts' GPU, side by side,
+    then the statistics (analytics.variants.variants_compare: the page's whole read)."""
+    from analytics import variants
+
+    start, end = _shift(state, i)
+    result = variants.variants_compare(project_id=PROJECT_ID, start=start, end=end, key="user.tier",
+                                       values=["free", "pro"])
+    return sum(result.figures[0].values)
+
+
 # --- accuracy: exact over raw spans vs shown ---------------------------------------------------
 _EXACT_SQL = """
 SELECT
@@ -213,4 +225,7 @@ SCENARIOS = [
     Scenario("panels: compare 2 models, 7 d", 300, None, lambda s: _window(s, 24 * 7), _compare_models),
     Scenario("panels: compare user.tier free/pro, 7 d", 300, None, lambda s: _window(s, 24 * 7), _compare_attribute,
              note="traces joined with the spans that carry the attribute (rollups keep no attributes)"),
+    Scenario("panels: variants user.tier free/pro, 24 h", 300, None, lambda s: _window(s, 24), _variants,
+             note="analytics.variants.variants_compare: 3 reads side by side + bootstrap of ≤ 20k per variant"),
+    Scenario("panels: variants user.tier free/pro, 7 d", 300, None, lambda s: _window(s, 24 * 7), _variants),
 ]

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import explorer_views, score_views, series_api, trace_views, views
+from . import explorer_views, score_views, series_api, trace_views, variants_views, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -10,6 +10,8 @@ urlpatterns = [
     path("costs.json", views.costs_json, name="costs-json"),
     path("compare/", views.compare, name="compare"),
     path("compare.json", views.compare_json, name="compare-json"),
+    path("variants/", variants_views.variants_page, name="variants"),
+    path("variants.json", variants_views.variants_json, name="variants-json"),
     path("traces/", explorer_views.traces_explorer, name="traces"),
     path("traces/rows.json", explorer_views.traces_explorer_json, name="traces-rows"),
     path("traces/compare/", trace_views.trace_compare, name="trace-compare"),

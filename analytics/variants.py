@@ -1,0 +1,310 @@
+"""The Variants view's reads (docs/variants.md): two or more values of one span or resource
+attribute (``llm.quantization``, ``service.version``, a prompt version…) side by side over one
+window, each figure with its difference from the first value (the baseline) and a 95 % interval.
+
+Which trace belongs to a value: a trace carrying the key on any span (span attribute, or resource
+attribute such as ``service.version``) belongs to the value of its *earliest* span carrying it
+(``argMin(value, start_time)``), so a trace whose spans carry two values counts once, under the
+first. Requests are the window's traces with a root (DOMAIN.md), their status the root's.
+
+Round trips: ``top_values`` (the default values, when none are given), ``key_suggestions``, then
+three reads side by side: request figures (with a uniform sample of at most ``SAMPLE_CAP`` per-trace
+values per variant for the bootstrap), scores (FINAL) and host GPU figures. All scoped by project.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from store import get_store
+
+from . import significance as sig
+from .panel_selectors import _FILTER, _params, reads_concurrently
+
+DEFAULT_KEY = "llm.quantization"
+DEFAULT_TOP = 4
+MAX_VALUES = 8
+SAMPLE_CAP = 20_000  # per-trace values per variant read for a bootstrap (groupArraySample, seeded)
+SAMPLE_SEED = 17
+
+# trace_id -> its variant (the value on its earliest span carrying the key; an empty value is no value).
+_ASSIGNED = """SELECT trace_id,
+        argMin(if(attributes[{attr_key:String}] != '', attributes[{attr_key:String}],
+                  resource_attributes[{attr_key:String}]), start_time) AS variant
+    FROM spans
+    WHERE project_id = {project_id:UInt64}
+      AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)
+      AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)
+      AND (attributes[{attr_key:String}] != '' OR resource_attributes[{attr_key:String}] != '')
+    GROUP BY trace_id"""
+
+# The window's requests with their variant (only the chosen values).
+_VARIANT_TRACES_TEMPLATE = f"""SELECT t.*, a.variant AS variant
+    FROM (SELECT trace_id, start_time, e2e_ns, status, ttft_ns, tpot_ns, output_tokens, cost_usd
+          FROM traces FINAL WHERE {_FILTER}) AS t
+    INNER JOIN ({_ASSIGNED}) AS a ON t.trace_id = a.trace_id
+    WHERE a.variant IN (__VALUES__)"""
+
+
+def _variant_traces(n: int) -> str:
+    """The query with one ``{vI:String}`` parameter per chosen value (the count, never a value, is
+    written into the SQL)."""
+    return _VARIANT_TRACES_TEMPLATE.replace("__VALUES__", ", ".join(f"{{v{i}:String}}" for i in range(max(n, 1))))
+
+
+def _p(project_id: int, start: datetime, end: datetime, service: str, model: str, key: str,
+       values: list[str] | None = None, **extra) -> dict:
+    values = list(values or [])
+    return _params(project_id, start, end, service, model, attr_key=key, n_values=len(values),
+                   **{f"v{i}": v for i, v in enumerate(values or [""])}, **extra)
+
+
+def top_values(*, project_id: int, start: datetime, end: datetime, key: str, service: str = "", model: str = "",
+               limit: int = DEFAULT_TOP) -> list[str]:
+    """The key's values by requests in the window, most first (the default choice)."""
+    sql = (f"SELECT a.variant AS variant, count() AS n FROM (SELECT trace_id FROM traces FINAL WHERE {_FILTER}) AS t"
+           f" INNER JOIN ({_ASSIGNED}) AS a ON t.trace_id = a.trace_id"
+           " GROUP BY variant ORDER BY n DESC, variant LIMIT {limit:UInt32}")
+    rows = get_store().query(sql, _p(project_id, start, end, service, model, key, limit=limit),
+                             tag="analytics.variants.top_values").dicts()
+    return [r["variant"] for r in rows]
+
+
+def key_suggestions(*, project_id: int, start: datetime, end: datetime, limit: int = 5000) -> list[str]:
+    """Attribute keys (span and resource) seen on up to ``limit`` of the window's spans: cheap hints."""
+    sql = ("SELECT groupUniqArray(200)(k) AS keys FROM (SELECT arrayConcat(mapKeys(attributes), mapKeys(resource_attributes)) AS ks"
+           " FROM spans WHERE project_id = {project_id:UInt64}"
+           " AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})"
+           " LIMIT {limit:UInt32}) ARRAY JOIN ks AS k")
+    r = get_store().query(sql, _params(project_id, start, end, "", "", limit=limit),
+                          tag="analytics.variants.key_suggestions").dicts()[0]
+    return sorted(r["keys"])
+
+
+def _figures_read(params: dict) -> dict[str, dict]:
+    _VARIANT_TRACES = _variant_traces(params["n_values"])
+    sql = f"""SELECT variant, count() AS requests, countIf(status = 'error') AS errors,
+        sum(output_tokens) AS output_total, sum(ifNull(cost_usd, 0)) AS cost_total,
+        varSamp(ifNull(cost_usd, 0)) AS cost_var,
+        quantilesExact(0.5, 0.95, 0.99)(e2e_ns) AS e2e_q,
+        countIf(ttft_ns IS NOT NULL) AS ttft_n, quantileExact(0.95)(ttft_ns) AS ttft_p95,
+        countIf(tpot_ns IS NOT NULL) AS tpot_n, quantileExact(0.95)(tpot_ns) AS tpot_p95,
+        groupArraySample({SAMPLE_CAP}, {SAMPLE_SEED})(e2e_ns) AS e2e_sample,
+        groupArraySampleIf({SAMPLE_CAP}, {SAMPLE_SEED})(assumeNotNull(ttft_ns), ttft_ns IS NOT NULL) AS ttft_sample,
+        groupArraySampleIf({SAMPLE_CAP}, {SAMPLE_SEED})(assumeNotNull(tpot_ns), tpot_ns IS NOT NULL) AS tpot_sample
+        FROM ({_VARIANT_TRACES}) GROUP BY variant"""
+    return {r["variant"]: r for r in get_store().query(sql, params, tag="analytics.variants.figures").dicts()}
+
+
+def _scores_read(params: dict) -> list[dict]:
+    _VARIANT_TRACES = _variant_traces(params["n_values"])
+    sql = f"""WITH vt AS ({_VARIANT_TRACES})
+        SELECT v.variant AS variant, s.name AS name, s.data_type AS data_type,
+               if(s.data_type = 'categorical', s.string_value,
+                  if(s.data_type = 'boolean', toString(s.value), toString(round(s.value, 2)))) AS label,
+               count() AS n, sum(s.value) AS total, sum(s.value * s.value) AS total_sq
+        FROM (SELECT trace_id, name, data_type, value, string_value FROM scores FINAL
+              WHERE project_id = {{project_id:UInt64}} AND trace_id IN (SELECT trace_id FROM vt)) AS s
+        INNER JOIN (SELECT trace_id, variant FROM vt) AS v ON s.trace_id = v.trace_id
+        GROUP BY variant, name, data_type, label ORDER BY name, variant, label"""
+    return get_store().query(sql, params, tag="analytics.variants.scores").dicts()
+
+
+def _gpu_read(params: dict) -> dict[str, dict]:
+    """The GPU samples of the hosts that served each variant (resource attribute ``host.name`` of
+    the variant's spans = ``resource_samples.host``), in the minutes those spans started."""
+    _VARIANT_TRACES = _variant_traces(params["n_values"])
+    sql = f"""WITH vt AS ({_VARIANT_TRACES}),
+        served AS (
+            SELECT DISTINCT v.variant AS variant, sp.host AS host, sp.minute AS minute
+            FROM (SELECT trace_id, resource_attributes['host.name'] AS host, toStartOfMinute(start_time) AS minute
+                  FROM spans WHERE project_id = {{project_id:UInt64}}
+                    AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
+                    AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
+                    AND resource_attributes['host.name'] != ''
+                    AND trace_id IN (SELECT trace_id FROM vt)) AS sp
+            INNER JOIN (SELECT trace_id, variant FROM vt) AS v ON sp.trace_id = v.trace_id)
+        SELECT served.variant AS variant, groupUniqArray(20)(served.host) AS hosts,
+               count(r.util) AS util_n, avg(r.util) AS util_mean, varSamp(r.util) AS util_var,
+               count(r.mem_pct) AS mem_n, avg(r.mem_pct) AS mem_mean, varSamp(r.mem_pct) AS mem_var
+        FROM (SELECT host, toStartOfMinute(time) AS minute, toNullable(toFloat64(gpu_utilization)) AS util,
+                     if(ifNull(gpu_memory_total, 0) > 0, 100.0 * gpu_memory_used / gpu_memory_total, NULL) AS mem_pct
+              FROM resource_samples WHERE project_id = {{project_id:UInt64}} AND gpu_index >= 0
+                AND time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
+                AND time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)) AS r
+        INNER JOIN served ON r.host = served.host AND r.minute = served.minute
+        GROUP BY variant"""
+    return {r["variant"]: r for r in get_store().query(sql, params, tag="analytics.variants.gpu").dicts()}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row of the table: each variant's value and its difference from the baseline."""
+
+    group: str
+    label: str
+    unit: str
+    lower_is_better: bool | None  # None: no better/worse (traffic)
+    values: list[float | None]
+    diffs: list[sig.Diff | None]  # [None (the baseline), variant 2 − baseline, …]
+    digits: int = 1
+
+    def cells(self) -> list[dict]:
+        out = []
+        for i, (v, d) in enumerate(zip(self.values, self.diffs)):
+            tone = ""
+            if d is not None and d.significant and self.lower_is_better is not None and d.estimate:
+                tone = "better" if (d.estimate < 0) == self.lower_is_better else "worse"
+            out.append({"value": v, "diff": d, "tone": tone, "baseline": i == 0})
+        return out
+
+    def as_dict(self) -> dict:
+        return {"group": self.group, "metric": self.label, "unit": self.unit, "lower_is_better": self.lower_is_better,
+                "values": self.values,
+                "differences": [None if d is None else {**d.as_dict(), "tone": c["tone"]}
+                                for d, c in zip(self.diffs, self.cells())]}
+
+
+@dataclass
+class VariantsResult:
+    key: str
+    values: list[str]
+    seconds: float
+    figures: list[Figure] = field(default_factory=list)
+    scores: list[dict] = field(default_factory=list)  # per score name: figures + distributions
+    hosts: dict[str, list[str]] = field(default_factory=dict)
+    e2e_samples_ms: dict[str, list[float]] = field(default_factory=dict)  # for the distribution chart
+    corrected: bool = False  # Holm over (variants − 1) comparisons per figure
+
+    @property
+    def empty(self) -> bool:
+        return not self.values
+
+    @property
+    def any_significant(self) -> bool:
+        return any(d is not None and d.significant for f in self.figures for d in f.diffs) or any(
+            d is not None and d.significant for s in self.scores for f in s["figures"] for d in f.diffs)
+
+
+def _family(diffs: list[sig.Diff]) -> list[sig.Diff | None]:
+    return [None, *sig.holm(diffs)]
+
+
+def _welch_from_sums(n, total, total_sq):
+    if n < 1:
+        return None, None
+    mean = total / n
+    var = (total_sq - total * total / n) / (n - 1) if n > 1 else 0.0
+    return mean, max(var, 0.0)
+
+
+def variants_compare(*, project_id: int, start: datetime, end: datetime, key: str, values: list[str],
+                     service: str = "", model: str = "") -> VariantsResult:
+    seconds = (end - start).total_seconds()
+    result = VariantsResult(key=key, values=list(values), seconds=seconds, corrected=len(values) > 2)
+    if not values:
+        return result
+    params = _p(project_id, start, end, service, model, key, values)
+    r = reads_concurrently(figures=lambda: _figures_read(params), scores=lambda: _scores_read(params),
+                           gpu=lambda: _gpu_read(params))
+    fig_rows, gpu_rows = r["figures"], r["gpu"]
+    empty = {"requests": 0, "errors": 0, "output_total": 0, "cost_total": 0.0, "cost_var": 0.0, "e2e_q": [0, 0, 0],
+             "ttft_n": 0, "ttft_p95": 0, "tpot_n": 0, "tpot_p95": 0, "e2e_sample": [], "ttft_sample": [], "tpot_sample": []}
+    rows = [fig_rows.get(v, empty) for v in values]
+    base = rows[0]
+    ns_ms = 1e-6
+
+    def ms(x, n):
+        return round(float(x) * ns_ms, 3) if n else None
+
+    samples = {name: [np.asarray(row[f"{name}_sample"], dtype=float) * ns_ms for row in rows]
+               for name in ("e2e", "ttft", "tpot")}
+    result.e2e_samples_ms = {v: [round(x, 3) for x in s.tolist()[:5000]] for v, s in zip(values, samples["e2e"])}
+    # One bootstrap per comparison for E2E P50/P95/P99 together (the same resamples).
+    e2e_boot = [sig.bootstrap_quantiles(samples["e2e"][0], s, (0.5, 0.95, 0.99)) for s in samples["e2e"][1:]]
+
+    def add(group, label, unit, lower, vals, diffs, digits=1):
+        result.figures.append(Figure(group, label, unit, lower, vals, _family(diffs), digits))
+
+    add("Traffic", "Requests", "", None, [row["requests"] for row in rows],
+        [sig.NONE for _ in rows[1:]], 0)
+    for i, (q, name) in enumerate(((0.5, "P50"), (0.95, "P95"), (0.99, "P99"))):
+        add("Latency", f"E2E {name}", "ms", True, [ms(row["e2e_q"][i], row["requests"]) for row in rows],
+            [b[i] for b in e2e_boot])
+    add("Latency", "TTFT P95", "ms", True, [ms(row["ttft_p95"], row["ttft_n"]) for row in rows],
+        [sig.bootstrap_quantiles(samples["ttft"][0], s, (0.95,))[0] for s in samples["ttft"][1:]])
+    add("Latency", "TPOT P95", "ms", True, [ms(row["tpot_p95"], row["tpot_n"]) for row in rows],
+        [sig.bootstrap_quantiles(samples["tpot"][0], s, (0.95,))[0] for s in samples["tpot"][1:]], 2)
+    add("Traffic", "Output tokens/s", "/s", False,
+        [row["output_total"] / seconds if seconds else None for row in rows], [sig.NONE for _ in rows[1:]], 2)
+    add("Quality", "Error rate", "%", True,
+        [100.0 * row["errors"] / row["requests"] if row["requests"] else None for row in rows],
+        [_scaled(sig.proportion_diff(base["errors"], base["requests"], row["errors"], row["requests"]), 100)
+         for row in rows[1:]], 2)
+
+    def cost_mean(row):
+        return row["cost_total"] / row["requests"] if row["requests"] else None
+
+    add("Cost", "Cost per request", "USD", True, [cost_mean(row) for row in rows],
+        [sig.welch_diff(base["requests"], cost_mean(base), base["cost_var"], row["requests"], cost_mean(row),
+                        row["cost_var"]) for row in rows[1:]], 6)
+    gpus = [gpu_rows.get(v) or {"util_n": 0, "util_mean": None, "util_var": None, "mem_n": 0, "mem_mean": None,
+                                "mem_var": None, "hosts": []} for v in values]
+    result.hosts = {v: sorted(g["hosts"]) for v, g in zip(values, gpus)}
+    # Less GPU memory is better (room for KV cache, a smaller card); utilisation has no direction.
+    for prefix, label, lower in (("mem", "GPU memory", True), ("util", "GPU utilisation", None)):
+        vals = [g[f"{prefix}_mean"] if g[f"{prefix}_n"] else None for g in gpus]
+        g0 = gpus[0]
+        add("GPU (hosts serving it)", label, "%", lower, vals,
+            [sig.welch_diff(g0[f"{prefix}_n"], vals[0], g0[f"{prefix}_var"], g[f"{prefix}_n"], v, g[f"{prefix}_var"])
+             for g, v in zip(gpus[1:], vals[1:])])
+    result.scores = _score_figures(r["scores"], values)
+    return result
+
+
+def _scaled(d: sig.Diff, k: float) -> sig.Diff:
+    if d.estimate is None:
+        return d
+    return sig.Diff(d.estimate * k, d.low * k, d.high * k, d.p_value, d.method)
+
+
+def _score_figures(rows: list[dict], values: list[str]) -> list[dict]:
+    by_name: dict[tuple[str, str], dict[str, list[dict]]] = {}
+    for row in rows:
+        by_name.setdefault((row["name"], row["data_type"]), {}).setdefault(row["variant"], []).append(row)
+    out = []
+    for (name, data_type), per_variant in sorted(by_name.items()):
+        counts = [sum(x["n"] for x in per_variant.get(v, [])) for v in values]
+        totals = [sum(x["total"] for x in per_variant.get(v, [])) for v in values]
+        distributions = [{x["label"]: int(x["n"]) for x in per_variant.get(v, [])} for v in values]
+        figures = []
+        means: list[float | None] = [None] * len(values)
+        half: list[float | None] = [None] * len(values)
+        if data_type == "numeric":
+            sq = [sum(x["total_sq"] for x in per_variant.get(v, [])) for v in values]
+            stats = [_welch_from_sums(n, t, s) for n, t, s in zip(counts, totals, sq)]
+            means = [m for m, _ in stats]
+            half = [sig.Z95 * (var / n) ** 0.5 if n > 1 else None for n, (_, var) in zip(counts, stats)]
+            figures.append(Figure("Scores", f"{name} mean", "", False, [m for m, _ in stats], _family(
+                [sig.welch_diff(counts[0], stats[0][0], stats[0][1], n, m, var)
+                 for n, (m, var) in zip(counts[1:], stats[1:])]), 3))
+        elif data_type == "boolean":
+            shares = [100.0 * t / n if n else None for t, n in zip(totals, counts)]
+            means = shares
+            half = [100 * sig.Z95 * ((t / n) * (1 - t / n) / n) ** 0.5 if n else None for t, n in zip(totals, counts)]
+            figures.append(Figure("Scores", f"{name} share true", "%", False, shares, _family(
+                [_scaled(sig.proportion_diff(int(totals[0]), counts[0], int(t), n), 100)
+                 for t, n in zip(totals[1:], counts[1:])]), 1))
+        else:
+            categories = sorted({c for d in distributions for c in d})
+            for c in categories[:20]:
+                xs = [d.get(c, 0) for d in distributions]
+                shares = [100.0 * x / n if n else None for x, n in zip(xs, counts)]
+                figures.append(Figure("Scores", f"{name} = {c}", "%", None, shares, _family(
+                    [_scaled(sig.proportion_diff(xs[0], counts[0], x, n), 100) for x, n in zip(xs[1:], counts[1:])]), 1))
+        out.append({"name": name, "data_type": data_type, "counts": counts, "distributions": distributions,
+                    "figures": figures, "means": means, "half_widths": half})
+    return out
