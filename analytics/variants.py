@@ -114,17 +114,19 @@ def _scores_read(params: dict) -> list[dict]:
 
 
 def _gpu_read(params: dict) -> dict[str, dict]:
-    """The GPU samples of the hosts that served each variant (resource attribute ``host.name`` of
-    the variant's spans = ``resource_samples.host``), in the minutes those spans started."""
+    """The GPU samples of the hosts that served each variant (``host.name`` of the variant's spans, a
+    resource attribute or else a span attribute, = ``resource_samples.host``), in the minutes those
+    spans started."""
     _VARIANT_TRACES = _variant_traces(params["n_values"])
     sql = f"""WITH vt AS ({_VARIANT_TRACES}),
         served AS (
             SELECT DISTINCT v.variant AS variant, sp.host AS host, sp.minute AS minute
-            FROM (SELECT trace_id, resource_attributes['host.name'] AS host, toStartOfMinute(start_time) AS minute
+            FROM (SELECT trace_id, if(resource_attributes['host.name'] != '', resource_attributes['host.name'],
+                                      attributes['host.name']) AS host, toStartOfMinute(start_time) AS minute
                   FROM spans WHERE project_id = {{project_id:UInt64}}
                     AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
                     AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
-                    AND resource_attributes['host.name'] != ''
+                    AND host != ''
                     AND trace_id IN (SELECT trace_id FROM vt)) AS sp
             INNER JOIN (SELECT trace_id, variant FROM vt) AS v ON sp.trace_id = v.trace_id)
         SELECT served.variant AS variant, groupUniqArray(20)(served.host) AS hosts,

@@ -118,6 +118,25 @@ def _cache_shown(overview: dict) -> bool:
     return bool(stats.get("hits")) and stats.get("hit_rate") and stats.get("latency_saved_ms") is not None
 
 
+def _int8_against_fp16(variants: dict) -> dict | None:
+    """INT8's differences from FP16 on the Variants JSON, once it shows INT8 faster (E2E P50, each
+    with its interval, significant), on hosts with less GPU memory (significant) and with a lower
+    judge's quality (with its interval); else None (not enough of the demo's traffic yet)."""
+    if variants.get("values") != ["fp16", "int8"]:
+        return None
+    rows = {f["metric"]: f["differences"][1] for f in variants["figures"]}
+    quality = next((s for s in variants["scores"] if s["name"] == "quality"), None)
+    if quality is None:
+        return None
+    rows["quality"] = quality["figures"][0]["differences"][1]
+    e2e, memory, judged = rows["E2E P50"], rows["GPU memory"], rows["quality"]
+    if all(d and d["difference"] is not None and d["low"] is not None and d["high"] is not None
+           for d in (e2e, memory, judged)) and e2e["significant"] and memory["significant"] \
+            and e2e["high"] < 0 and memory["high"] < 0 and judged["difference"] < 0:
+        return rows
+    return None
+
+
 def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
     started = time.monotonic()
     server = Server(server_dir, _free_port()).start()
@@ -160,8 +179,10 @@ def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
             assert time.monotonic() < deadline, "no local CPU/memory sample on /resources/ after 60 s"
             time.sleep(1)
         # ... and the demo's two variants' simulated GPU hosts beside it (docs/demo.md).
-        resources = opener.open(f"{server.base}/resources/?project=1").read().decode()
-        assert ">demo-gpu-fp16</option>" in resources and ">demo-gpu-int8</option>" in resources
+        while not (">demo-gpu-fp16</option>" in (resources := opener.open(f"{server.base}/resources/?project=1").read().decode())
+                   and ">demo-gpu-int8</option>" in resources):
+            assert time.monotonic() < deadline, "the demo's GPU hosts are not on /resources/ after 60 s"
+            time.sleep(1)
         # Within two minutes of the start: the Engines page shows the demo simulator's queue and KV cache
         # (its vLLM-style /metrics, scraped by the in-process sampler) moving with the demo's load ...
         deadline = started + 120
@@ -172,6 +193,14 @@ def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
         while not _cache_shown(overview := _json(opener, f"{server.base}/overview.json?project=1&range=15m")):
             assert time.monotonic() < deadline, f"no cache hit rate and latency saved after 2 min: {overview.get('cache')}"
             time.sleep(2)
+        # ... and within five minutes the Variants view puts the demo's INT8 beside its FP16: faster and on
+        # less GPU memory (each difference with its 95 % interval, significant), with a lower judged quality.
+        deadline = started + 300
+        url = f"{server.base}/variants.json?project=1&range=15m&key=llm.quantization&value=fp16&value=int8"
+        while not (shown := _int8_against_fp16(variants := _json(opener, url))):
+            assert time.monotonic() < deadline, f"INT8 not shown faster, smaller and lower-scored after 5 min: {variants}"
+            time.sleep(5)
+        assert variants["hosts"] == {"fp16": ["demo-gpu-fp16"], "int8": ["demo-gpu-int8"]}, variants["hosts"]
     finally:
         code = server.interrupt()
     assert code == 0, server.output()
