@@ -13,7 +13,7 @@ from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 
-from analytics import cache_selectors, engines, panel_selectors, rollups, selectors
+from analytics import cache_selectors, engines, grouping, panel_selectors, rollups, selectors
 from analytics.rollups import PROJECTION_DAYS
 from projects.scope import current_project
 from store import StoreError, get_store
@@ -24,7 +24,9 @@ from .compare import compare_query_from, compare_rows
 from .compare import side_stats as compare_side_stats
 from .filters import FilterBar, filter_bar_from_query
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD, KV_CACHE_THRESHOLD
-from .series_api import projection_label
+from ingest.http import ApiError
+
+from .series_api import group_params, projection_label
 from .templatetags.explorer_tags import kpi_traces_link
 from .timewindow import PRESETS, TimeWindow, window_from_query
 
@@ -443,10 +445,32 @@ def _series_json(series) -> dict:
             "buckets": [None if b is None else _stats_json(b) for b in series.buckets]}
 
 
+def _page_grouped(group, project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
+    """``{"grouped": …}`` of a page's JSON with ``group_by`` (analytics.grouping), else ``{}``."""
+    if group is None:
+        return {}
+    return {"grouped": grouping.grouped_json(grouping.grouped_series(
+        project_id=project_id, start=window.start, end=window.end, key=group[0], top=group[1], **filters))}
+
+
+def _group_or_error(request):
+    """(group, None) of ``group_by``/``group_top``, or (None, the 400 answer naming the parameter)."""
+    try:
+        return group_params(request.GET), None
+    except ApiError as exc:
+        return None, exc.response()
+
+
 @json_login_required
 def overview_json(request):
-    """GET /overview.json?range=…|from=…&to=…&service=…&model=… — the overview's numbers and figures."""
+    """GET /overview.json?range=…|from=…&to=…&service=…&model=…[&group_by=…&group_top=…] — the
+    overview's numbers and figures; with ``group_by``, ``grouped``: the series per attribute value."""
+    group, error = _group_or_error(request)
+    if error is not None:
+        return error
+
     def build(project_id, window, filters, bar):
+        grouped = _page_grouped(group, project_id, window, filters)
         data = _overview(project_id, window, filters)
         current = data["current"]
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
@@ -454,7 +478,7 @@ def overview_json(request):
                             "requests": current.requests, "rps": current.rps},
                 "kpis": [_kpi_json(k, bar) for k in data["kpis"]],
                 "series": _series_json(data["series"]), "figures": {**data["figures"], **data["cache"]["figures"]},
-                "cache": _cache_json(data["cache"], bar)}
+                "cache": _cache_json(data["cache"], bar), **grouped}
 
     return _panel_json(request, build)
 
@@ -521,8 +545,14 @@ def costs(request):
 
 @json_login_required
 def costs_json(request):
-    """GET /costs.json?range=…&service=…&model=… — the costs page's numbers and figures."""
+    """GET /costs.json?range=…&service=…&model=…[&group_by=…&group_top=…] — the costs page's numbers
+    and figures; with ``group_by``, ``grouped`` (cost per attribute value over time among them)."""
+    group, error = _group_or_error(request)
+    if error is not None:
+        return error
+
     def build(project_id, window, filters, bar):
+        grouped = _page_grouped(group, project_id, window, filters)
         data = _costs(project_id, window, filters)
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
                 "projected_monthly_usd": data["projected_monthly_usd"],
@@ -531,7 +561,7 @@ def costs_json(request):
                 "by_model": [{"model": t.model, "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
                               "cost_usd": t.cost_usd} for t in data["model_totals"]],
                 "series": _series_json(data["series"]), "figures": {**data["figures"], **data["cache"]["figures"]},
-                "cache": _cache_json(data["cache"], bar)}
+                "cache": _cache_json(data["cache"], bar), **grouped}
 
     return _panel_json(request, build)
 
