@@ -147,3 +147,20 @@ def grouped_json(series: GroupedSeries) -> dict:
                                    "error_rate": g.bucket_error_rate(), "e2e_p95_ms": g.bucket_p95_ms,
                                    "cost_usd": g.bucket_cost_usd}}
                        for g in series.groups]}
+
+
+KEY_SAMPLE_SPANS = 20_000  # the key suggestions read this many spans of the window at most
+
+
+def attribute_keys(*, project_id: int, start: datetime, end: datetime, limit: int = 100) -> list[str]:
+    """Span and resource attribute keys seen in the window (the filter bar's suggestions for
+    ``group_by``), from at most ``KEY_SAMPLE_SPANS`` of its spans so the page stays fast."""
+    r = get_store().query(
+        "SELECT groupUniqArray({limit:UInt32})(k) AS keys FROM ("
+        " SELECT arrayJoin(arrayConcat(mapKeys(attributes), mapKeys(resource_attributes))) AS k FROM ("
+        "  SELECT attributes, resource_attributes FROM spans WHERE project_id = {project_id:UInt64}"
+        "  AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})"
+        "  LIMIT {sample:UInt32}))",
+        _params(project_id, start, end, "", "", limit=limit, sample=KEY_SAMPLE_SPANS),
+        tag="analytics.grouping.attribute_keys").dicts()[0]
+    return sorted(k for k in r["keys"] if k)

@@ -153,3 +153,70 @@ def test_bad_group_parameters(client, seeded, params, field):
     client.force_login(seeded["user"])
     response = client.get("/overview.json", params)
     assert response.status_code == 400 and field in response.json()["error"]["message"]
+
+
+@pytest.mark.clickhouse
+def test_targets_set_on_the_overview_drawn_as_dashed_lines(client, seeded, make_user):
+    from django.test import Client
+
+    from analytics.models import GroupTarget
+
+    project = seeded["project"]
+    window = {"from": iso(seeded["start"]), "to": iso(seeded["end"]), "group_by": "user.tier",
+              "project": project.pk}
+    client.force_login(seeded["user"])
+    page = client.get("/", window)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="grouped"' in html and 'id="target-form"' in html and 'name="group_by"' in html
+    assert 'value="user.tier"' in html  # the filter bar keeps the attribute
+    # bad target: 400, clear message, nothing written
+    bad = client.post("/?" + "&".join(f"{k}={v}" for k, v in window.items()),
+                      {"action": "target_set", "attribute_key": "user.tier", "value": "premium", "target": "fast"})
+    assert bad.status_code == 400 and "target: &#x27;fast&#x27; is not a number" in bad.content.decode()
+    bad = client.post("/", {"action": "target_set", "attribute_key": "user.tier", "value": "", "target": "800"})
+    assert bad.status_code == 400 and "value: required" in bad.content.decode()
+    assert not GroupTarget.objects.exists()
+    # without the CSRF token: refused
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(seeded["user"])
+    assert strict.post("/", {"action": "target_set", "attribute_key": "user.tier", "value": "premium",
+                             "target": "800"}).status_code == 403
+    # a user of no project cannot set one
+    outsider = Client()
+    outsider.force_login(make_user())
+    outsider.post("/", {"action": "target_set", "attribute_key": "user.tier", "value": "premium", "target": "800"})
+    assert not GroupTarget.objects.exists()
+    ok = client.post("/?group_by=user.tier", {"action": "target_set", "attribute_key": "user.tier", "value": "premium",
+                                              "target": "800"})
+    assert ok.status_code == 302 and ok["Location"].endswith("#group-targets")
+    client.post("/", {"action": "target_set", "attribute_key": "user.tier", "value": "free", "target": "1200.5"})
+    assert {(t.project_id, t.value, t.target) for t in GroupTarget.objects.all()} == {
+        (project.pk, "premium", 800.0), (project.pk, "free", 1200.5)}
+    body = client.get("/overview.json", window).json()
+    groups = {g["value"]: g for g in body["grouped"]["groups"]}
+    assert groups["premium"]["targets"] == {"e2e_p95_ms": 800.0} and groups["standard"]["targets"] == {}
+    traces = body["group_figures"]["fig-group-p95"]["data"]
+    lines = {t["name"]: t for t in traces}
+    assert {"premium", "standard", "free", "trial", "beta", "other", "(none)"} <= set(lines)
+    target = lines["premium target 800 ms"]
+    assert target["line"]["dash"] == "dash" and target["y"] == [800.0, 800.0]
+    assert target["line"]["color"] == lines["premium"]["line"]["color"] == groups["premium"]["color"]
+    assert lines["free target 1200.5 ms"]["line"]["color"] == groups["free"]["color"]
+    assert len({groups[v]["color"] for v in ("premium", "standard", "free", "trial", "beta")}) == 5
+    # removing one
+    client.post("/", {"action": "target_delete", "attribute_key": "user.tier", "value": "free"})
+    assert [t.value for t in GroupTarget.objects.all()] == ["premium"]
+
+
+@pytest.mark.clickhouse
+def test_pages_say_a_bad_group_parameter_and_stay_ungrouped(client, seeded):
+    client.force_login(seeded["user"])
+    window = {"from": iso(seeded["start"]), "to": iso(seeded["end"]), "project": seeded["project"].pk}
+    for path in ("/", "/costs/"):
+        page = client.get(path, {**window, "group_by": "user.tier", "group_top": "99"})
+        html = page.content.decode()
+        assert page.status_code == 200 and 'id="group-error"' in html and "group_top: must be from 1 to 20" in html
+        assert 'id="grouped"' not in html
+    costs = client.get("/costs/", {**window, "group_by": "user.tier"}).content.decode()
+    assert 'id="chart-fig-group-cost"' in costs and "user.tier" in costs
