@@ -127,6 +127,16 @@ def _compare_attribute(state: dict, i: int) -> int:
     return result.a.requests + result.b.requests
 
 
+def _grouped(state: dict, i: int) -> int:
+    """The grouped latency series (``group_by=user.tier``, top 5 + other + (none), 120 points):
+    traces of the window joined to the value on their earliest span that carries the key."""
+    from analytics import grouping
+
+    start, end = _shift(state, i)
+    series = grouping.grouped_series(project_id=PROJECT_ID, start=start, end=end, key="user.tier", top=5)
+    return sum(g.requests for g in series.groups)
+
+
 # --- accuracy: exact over raw spans vs shown ---------------------------------------------------
 _EXACT_SQL = """
 SELECT
@@ -213,4 +223,7 @@ SCENARIOS = [
     Scenario("panels: compare 2 models, 7 d", 300, None, lambda s: _window(s, 24 * 7), _compare_models),
     Scenario("panels: compare user.tier free/pro, 7 d", 300, None, lambda s: _window(s, 24 * 7), _compare_attribute,
              note="traces joined with the spans that carry the attribute (rollups keep no attributes)"),
+    Scenario("grouping: latency series by user.tier, 24 h", 300, None, lambda s: _window(s, 24), _grouped,
+             note="analytics.grouping.grouped_series: requests, errors, P95, cost per bucket per value, one query"),
+    Scenario("grouping: latency series by user.tier, 7 d", 300, None, lambda s: _window(s, 24 * 7), _grouped),
 ]
