@@ -8,8 +8,8 @@
 Auth: ``Authorization: Bearer <project key>`` reads the key's project; a logged-in user reads
 the project of ``?project=<id>`` (one they are a member of) or their current one. Parameters:
 ``range`` (15m, 1h, 6h, 24h, 7d, 30d; default 24h) or ``from``/``to`` (ISO 8601, UTC without an
-offset), ``service``, ``model``, ``points`` (buckets wanted, 1–1000, default 120); on overview and
-costs, ``group_by`` (an attribute key) and ``group_top`` (1–20, default 5) add ``grouped``: the
+offset), ``service``, ``model``, ``points`` (buckets wanted, 1–1000, default 120); on overview,
+latency and costs, ``group_by`` (an attribute key) and ``group_top`` (1–20, default 5) add ``grouped``: the
 series split per value of the attribute (``analytics.grouping``). Bad parameters
 answer 400 naming the parameter; errors are ``{"error": {"code", "message", "details"}}``.
 """
@@ -185,10 +185,12 @@ def _overview(request, args) -> dict:
 
 def _latency(request, args) -> dict:
     """E2E latency histogram: requests per latency bucket per time bucket, and in total."""
-    heatmap = rollups.latency_heatmap(**args, points=_points(request.GET))
+    points = _points(request.GET)
+    grouped = _grouped(request, args, points)
+    heatmap = rollups.latency_heatmap(**args, points=points)
     return {"step_seconds": heatmap.step_seconds, "times": [t.isoformat() for t in heatmap.times],
             "edges_ms": list(heatmap.edges_ms), "labels": heatmap.labels, "counts": heatmap.counts,
-            "totals": heatmap.totals}
+            "totals": heatmap.totals, **grouped}
 
 
 def _costs(request, args) -> dict:

@@ -353,10 +353,12 @@ def _cache_panel(r: dict, filters: dict[str, str], kpis, figures) -> dict:
             "model_ignored": bool(filters.get("model"))}
 
 
-def _group_reads(group, project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
-    """The reads of a grouped page (``group``: (attribute key, top N) or None): its series, its
-    targets and the attribute keys to suggest."""
-    reads = {"group_keys": lambda: grouping.attribute_keys(project_id=project_id, start=window.start, end=window.end)}
+def _group_reads(group, project_id: int, window: TimeWindow, filters: dict[str, str], *, suggest: bool) -> dict:
+    """The reads of a grouped page (``group``: (attribute key, top N) or None): its series and, for
+    the HTML page (``suggest``), the attribute keys the filter bar suggests."""
+    reads = {}
+    if suggest:
+        reads["group_keys"] = lambda: grouping.attribute_keys(project_id=project_id, start=window.start, end=window.end)
     if group is not None:
         reads["grouped"] = lambda: grouping.grouped_series(project_id=project_id, start=window.start, end=window.end,
                                                            key=group[0], top=group[1], **filters)
@@ -365,7 +367,7 @@ def _group_reads(group, project_id: int, window: TimeWindow, filters: dict[str, 
 
 def _group_panel(r: dict, group, project_id: int, window: TimeWindow, *, cost: bool = False) -> dict:
     """What a grouped page shows: the series, its figures, the value targets and the key suggestions."""
-    out = {"group": group, "group_keys": r["group_keys"], "grouped": None, "group_figures": {}, "group_targets": []}
+    out = {"group": group, "group_keys": r.get("group_keys", []), "grouped": None, "group_figures": {}, "group_targets": []}
     if group is None:
         return out
     targets = group_targets_list(project_id=project_id, attribute_key=group[0])
@@ -377,7 +379,7 @@ def _group_panel(r: dict, group, project_id: int, window: TimeWindow, *, cost: b
     return out
 
 
-def _overview(project_id: int, window: TimeWindow, filters: dict[str, str], group=None) -> dict:
+def _overview(project_id: int, window: TimeWindow, filters: dict[str, str], group=None, *, suggest: bool = False) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
     previous = window.previous()
     current, current_before = _current_windows(window)
@@ -391,7 +393,7 @@ def _overview(project_id: int, window: TimeWindow, filters: dict[str, str], grou
         series=lambda: rollups.window_series(**args),
         heatmap=lambda: rollups.latency_heatmap(**args),
         facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end),
-        **_group_reads(group, project_id, window, filters))
+        **_group_reads(group, project_id, window, filters, suggest=suggest))
     current_rate, before_rate = r["rates"]
     return {"stats": r["now"], "previous": r["before"], "series": r["series"], "current": current_rate,
             "kpis": panels.overview_kpis(r["now"], r["before"], current_rate, before_rate),
@@ -442,7 +444,7 @@ def overview(request):
         if group is None and key and len(key) <= grouping.MAX_KEY:  # show the form (and its errors) under its key
             group = (key, grouping.DEFAULT_TOP)
     response = _project_page(request, "dashboard/overview.html", "panel",
-                             lambda project_id: _overview(project_id, bar.window, filters, group), filters=bar,
+                             lambda project_id: _overview(project_id, bar.window, filters, group, suggest=True), filters=bar,
                              group_error=group_error, target_form=target_form, target_errors=target_errors,
                              group_extra_fields="dashboard/_group_fields.html")
     if target_errors and response.status_code == 200:
@@ -565,7 +567,7 @@ def _kpi_json(k, bar: FilterBar) -> dict:
             "traces_url": kpi_traces_link(k.key, k.value, bar.params)}
 
 
-def _costs(project_id: int, window: TimeWindow, filters: dict[str, str], group=None) -> dict:
+def _costs(project_id: int, window: TimeWindow, filters: dict[str, str], group=None, *, suggest: bool = False) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
     previous = window.previous()
     r = panel_selectors.reads_concurrently(
@@ -578,7 +580,7 @@ def _costs(project_id: int, window: TimeWindow, filters: dict[str, str], group=N
         # cost over the time the last 7 days actually cover × 30 days / that time
         projection=lambda: rollups.spend_projection(project_id=project_id, **filters),
         facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end),
-        **_group_reads(group, project_id, window, filters))
+        **_group_reads(group, project_id, window, filters, suggest=suggest))
     projection = r["projection"]
     return {"stats": r["now"], "previous": r["before"], "series": r["series"],
             "kpis": panels.costs_kpis(r["now"], r["before"]), "projection": projection, "model_totals": r["totals"],
@@ -612,7 +614,7 @@ def costs(request):
             return redirect(f"{request.path}?{request.GET.urlencode()}#prices")
     prices = model_prices_list(project_id=project.pk) if project is not None else []
     response = _project_page(request, "dashboard/costs.html", "panel",
-                             lambda project_id: _costs(project_id, bar.window, filters, group),
+                             lambda project_id: _costs(project_id, bar.window, filters, group, suggest=True),
                              filters=bar, prices=prices, group_error=group_error,
                              group_extra_fields="dashboard/_group_fields.html",
                              price_form=price_form, price_errors=price_errors, projection_days=PROJECTION_DAYS)

@@ -113,6 +113,9 @@ def test_series_api_group_top_and_costs(client, seeded):
     _check_groups(body["grouped"], seeded["expected"], 2)
     body = client.get("/api/v1/series/overview", {**window, "group_top": 20}, **auth).json()
     _check_groups(body["grouped"], seeded["expected"], 20)
+    latency = client.get("/api/v1/series/latency", {**window, "group_top": 1}, **auth).json()
+    assert [g["value"] for g in latency["grouped"]["groups"]] == ["premium", "other", "(none)"]
+    assert sum(latency["totals"]) == sum(g["requests"] for g in latency["grouped"]["groups"]) == 110
     costs = client.get("/api/v1/series/costs", window, **auth).json()
     by_value = {g["value"]: g for g in costs["grouped"]["groups"]}
     premium = sum(s.get("cost_usd", 0) for t in seeded["expected"]["premium"] for s in t)
@@ -145,7 +148,7 @@ def test_overview_and_costs_json_grouped(client, seeded):
 ])
 def test_bad_group_parameters(client, seeded, params, field):
     auth = {"HTTP_AUTHORIZATION": f"Bearer {seeded['key']}"}
-    for path in ("/api/v1/series/overview", "/api/v1/series/costs"):
+    for path in ("/api/v1/series/overview", "/api/v1/series/latency", "/api/v1/series/costs"):
         response = client.get(path, params, **auth)
         assert response.status_code == 400, response.content
         error = response.json()["error"]
@@ -170,6 +173,7 @@ def test_targets_set_on_the_overview_drawn_as_dashed_lines(client, seeded, make_
     html = page.content.decode()
     assert 'id="grouped"' in html and 'id="target-form"' in html and 'name="group_by"' in html
     assert 'value="user.tier"' in html  # the filter bar keeps the attribute
+    assert '<option value="user.tier">' in html  # and suggests the keys seen
     # bad target: 400, clear message, nothing written
     bad = client.post("/?" + "&".join(f"{k}={v}" for k, v in window.items()),
                       {"action": "target_set", "attribute_key": "user.tier", "value": "premium", "target": "fast"})
