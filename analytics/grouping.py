@@ -64,12 +64,13 @@ class GroupedSeries:
 
 
 # One row per (bucket, group) and one per group over the whole window (bucket_ms = -1), from
-# GROUPING SETS. ``tv``: each trace's value (see the module docstring); spans are read in the
-# window's range widened for clock skew and late spans, as _ATTRIBUTE_TRACES does.
+# GROUPING SETS, in one pass: ``tv`` is each trace's value (see the module docstring; spans read in
+# the window's range widened for clock skew and late spans, as _ATTRIBUTE_TRACES does), joined to
+# the window's requests; ``vn`` counts each value's requests and ``rnk`` ranks the values by it
+# (ties by value; traces without the key rank last), so the top N, other and (none) need no second
+# read of the join.
 _SQL = """
-WITH t AS (
-    SELECT trace_id, start_time, e2e_ns, status, cost_usd FROM traces FINAL WHERE {filter}
-), tv AS (
+WITH tv AS (
     SELECT trace_id,
            argMin(if(mapContains(attributes, {{attr_key:String}}), attributes[{{attr_key:String}}],
                      resource_attributes[{{attr_key:String}}]), start_time) AS v,
@@ -79,23 +80,25 @@ WITH t AS (
       AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
       AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
       AND (mapContains(attributes, {{attr_key:String}}) OR mapContains(resource_attributes, {{attr_key:String}}))
-      AND trace_id IN (SELECT trace_id FROM t)
     GROUP BY trace_id
-), j AS (
-    SELECT t.start_time AS start_time, t.e2e_ns AS e2e_ns, t.status AS status, t.cost_usd AS cost_usd,
-           tv.v AS v, tv.has AS has
-    FROM t LEFT JOIN tv ON t.trace_id = tv.trace_id
-), top_values AS (
-    SELECT v FROM j WHERE has = 1 GROUP BY v ORDER BY count() DESC, v LIMIT {{top:UInt32}}
 )
 SELECT if(grouping(bucket_ms) = 1, toInt64(-1), bucket_ms) AS bucket, kind, label,
        count() AS requests, countIf(status = 'error') AS errors,
        quantileExact(0.95)(e2e_ns) AS p95_ns, sum(ifNull(cost_usd, 0)) AS cost
 FROM (
-    SELECT toInt64(intDiv(toUnixTimestamp64Milli(start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}}) AS bucket_ms,
-           multiIf(has = 0, {none}, v IN (SELECT v FROM top_values), {value}, {other}) AS kind,
-           if(kind = {value}, v, '') AS label, e2e_ns, status, cost_usd
-    FROM j
+    SELECT bucket_ms, e2e_ns, status, cost_usd,
+           multiIf(has = 0, {none}, rnk <= {{top:UInt32}}, {value}, {other}) AS kind,
+           if(kind = {value}, v, '') AS label
+    FROM (
+        SELECT *, dense_rank() OVER (ORDER BY has DESC, vn DESC, v) AS rnk
+        FROM (
+            SELECT toInt64(intDiv(toUnixTimestamp64Milli(t.start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}}) AS bucket_ms,
+                   t.e2e_ns AS e2e_ns, t.status AS status, t.cost_usd AS cost_usd, tv.v AS v, tv.has AS has,
+                   count() OVER (PARTITION BY tv.has, tv.v) AS vn
+            FROM (SELECT trace_id, start_time, e2e_ns, status, cost_usd FROM traces FINAL WHERE {filter}) AS t
+            LEFT JOIN tv ON t.trace_id = tv.trace_id
+        )
+    )
 )
 GROUP BY GROUPING SETS ((bucket_ms, kind, label), (kind, label))
 """.format(filter=_FILTER, none=KIND_NONE, value=KIND_VALUE, other=KIND_OTHER)
