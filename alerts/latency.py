@@ -67,13 +67,13 @@ SELECT r.start_time AS start_time, r.service AS service, r.status AS status, r.e
 FROM ({requests}) AS r
 INNER JOIN (
     SELECT trace_id,
-           argMin(if(mapContains(attributes, {{group_by:String}}), attributes[{{group_by:String}}],
+           argMin(if(attributes[{{group_by:String}}] != '', attributes[{{group_by:String}}],
                      resource_attributes[{{group_by:String}}]), start_time) AS v
     FROM spans
     WHERE project_id = {{project_id:UInt64}}
       AND start_time > fromUnixTimestamp64Nano({{since_ns:Int64}}) - toIntervalMinute(5)
       AND start_time <= fromUnixTimestamp64Nano({{until_ns:Int64}}) + toIntervalHour(1)
-      AND (mapContains(attributes, {{group_by:String}}) OR mapContains(resource_attributes, {{group_by:String}}))
+      AND (attributes[{{group_by:String}}] != '' OR resource_attributes[{{group_by:String}}] != '')
     GROUP BY trace_id
 ) AS tv ON r.trace_id = tv.trace_id
 WHERE ({{group_value:String}} = '' OR tv.v = {{group_value:String}})

@@ -6,7 +6,8 @@ trip per chart. Requests and status follow DOMAIN.md: a bucket counts the reques
 starts in it, a request's status is its root's, P95 is exact over the bucket's requests.
 
 Which value a trace belongs to: the value on the **earliest span** (by start time) of the trace
-that carries the key, as a span attribute, else as a resource attribute of that span. A trace
+that carries the key with a non-empty value, as a span attribute, else as a resource attribute of
+that span (an empty value does not carry the key, as in the Variants view). A trace
 whose spans carry two values (a retried call routed elsewhere) therefore counts once, under its
 first. Traces without the key form the ``(none)`` group.
 
@@ -72,14 +73,14 @@ class GroupedSeries:
 _SQL = """
 WITH tv AS (
     SELECT trace_id,
-           argMin(if(mapContains(attributes, {{attr_key:String}}), attributes[{{attr_key:String}}],
+           argMin(if(attributes[{{attr_key:String}}] != '', attributes[{{attr_key:String}}],
                      resource_attributes[{{attr_key:String}}]), start_time) AS v,
            1 AS has
     FROM spans
     WHERE project_id = {{project_id:UInt64}}
       AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
       AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
-      AND (mapContains(attributes, {{attr_key:String}}) OR mapContains(resource_attributes, {{attr_key:String}}))
+      AND (attributes[{{attr_key:String}}] != '' OR resource_attributes[{{attr_key:String}}] != '')
     GROUP BY trace_id
 )
 SELECT if(grouping(bucket_ms) = 1, toInt64(-1), bucket_ms) AS bucket, kind, label,

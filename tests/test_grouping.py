@@ -38,8 +38,10 @@ def _seed(project_id: int, rng: random.Random, start: int, end: int) -> dict:
                 trace[4]["attributes"] = {"user.tier": "standard"}  # postprocess, later: ignored
             spans += trace
             expected.setdefault(tier, []).append(trace)
-    for _ in range(10):
+    for i in range(10):
         trace = random_trace(rng, start_ns=rng.randrange(start, end))
+        if i < 3:  # an empty value does not carry the key
+            trace[0]["attributes"] = {"user.tier": ""}
         spans += trace
         expected.setdefault("(none)", []).append(trace)
     insert_spans(project_id, spans)
