@@ -73,6 +73,7 @@ INNER JOIN (
     WHERE project_id = {{project_id:UInt64}}
       AND start_time > fromUnixTimestamp64Nano({{since_ns:Int64}}) - toIntervalMinute(5)
       AND start_time <= fromUnixTimestamp64Nano({{until_ns:Int64}}) + toIntervalHour(1)
+      AND (mapContains(attributes, {{group_by:String}}) OR mapContains(resource_attributes, {{group_by:String}}))
       AND (attributes[{{group_by:String}}] != '' OR resource_attributes[{{group_by:String}}] != '')
     GROUP BY trace_id
 ) AS tv ON r.trace_id = tv.trace_id

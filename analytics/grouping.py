@@ -80,6 +80,7 @@ WITH tv AS (
     WHERE project_id = {{project_id:UInt64}}
       AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
       AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
+      AND (mapContains(attributes, {{attr_key:String}}) OR mapContains(resource_attributes, {{attr_key:String}}))
       AND (attributes[{{attr_key:String}}] != '' OR resource_attributes[{{attr_key:String}}] != '')
     GROUP BY trace_id
 )
