@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from django import forms
 from django.utils import timezone
 
-from .models import WINDOW_METRICS, Aggregation, AlertRule, Metric, NotificationChannel, Phase
+from .models import LATENCY_METRICS, WINDOW_METRICS, Aggregation, AlertRule, Metric, NotificationChannel, Phase
 from .silences import MatcherError, matchers_validate
 
 
@@ -46,13 +46,14 @@ class RuleForm(forms.ModelForm):
     class Meta:
         model = AlertRule
         fields = ["name", "metric", "aggregation", "phase", "window_seconds", "comparator", "threshold", "host",
-                  "gpu_index", "service", "model", "missing_data", "severity", "channels", "runbook",
+                  "gpu_index", "service", "model", "group_by", "group_value", "missing_data", "severity", "channels", "runbook",
                   "explanation", "enabled"]
         labels = {
             "name": "Name", "metric": "Metric", "aggregation": "Combine the window's samples by",
             "phase": "Phase", "window_seconds": "Window (seconds)", "comparator": "Fires when the value is",
             "threshold": "Threshold", "host": "Host", "gpu_index": "GPU number", "service": "Service",
-            "model": "Model", "missing_data": "When there is no data", "severity": "Severity",
+            "model": "Model", "group_by": "Group by attribute", "group_value": "Only the value",
+            "missing_data": "When there is no data", "severity": "Severity",
             "channels": "Notify", "runbook": "Runbook", "explanation": "Why it matters", "enabled": "Enabled",
         }
         help_texts = {
@@ -67,6 +68,9 @@ class RuleForm(forms.ModelForm):
             "gpu_index": "blank: every GPU (one alert per GPU); 0 is the first GPU of a host",
             "service": "blank: every service (one alert per root service)",
             "model": "latency rules: only requests that called this model; blank: all",
+            "group_by": "latency rules: one alert per value of this span or resource attribute (e.g. user.tier) "
+                        "instead of per service; blank: per service",
+            "group_value": "with a group-by attribute: watch only this value (e.g. premium); blank: every value",
             "severity": "critical and warning show in the red banner on every page; info shows on this "
                         "page only and notifies only through the channels ticked below",
             "channels": "none ticked: the alert shows in tracedash only",
@@ -108,6 +112,12 @@ class RuleForm(forms.ModelForm):
             self.add_error("aggregation", "resource metrics need latest, average, maximum or minimum")
         if metric == Metric.PHASE_SHARE and not data.get("phase"):
             data["phase"] = "inference"
+        group_by, group_value = (data.get("group_by") or "").strip(), (data.get("group_value") or "").strip()
+        data["group_by"], data["group_value"] = group_by, group_value
+        if group_by and metric and metric not in LATENCY_METRICS:
+            self.add_error("group_by", "only latency rules (E2E, TTFT, network, phase share, errors, rate) group by an attribute")
+        if group_value and not group_by:
+            self.add_error("group_value", "needs a group-by attribute")
         window = data.get("window_seconds")
         if window is not None and not 10 <= window <= 24 * 3600:
             self.add_error("window_seconds", "the window must be from 10 seconds to 24 hours")

@@ -17,6 +17,11 @@ Per service (the root span's), over the window's requests:
   (DOMAIN.md "Status": one whose failed model call was retried successfully is recovered, not an
   error); ``request_rate``: requests / window seconds.
 A service without a request in the window has no series this round (missing, never 0).
+
+A rule with ``group_by`` (an attribute key, e.g. ``user.tier``) has one series per value of that
+attribute instead of per service (labels ``{"user.tier": "premium"}``), over the requests whose
+trace carries the key (a trace's value is its earliest span's with the key), only ``group_value``
+when the rule names one, and only the rule's service when it names one.
 Load-test traffic (traces whose spans carry ``loadtest.run_id``: ``traces.loadtest``) is left out:
 a load test measures the service on purpose and must not page anyone (its report shows what it
 measured). Each series' ``sample_at`` is the start of its newest request.
@@ -52,8 +57,32 @@ WHERE has_root = 1 AND loadtest = 0
   AND ({{model:String}} = '' OR has(models, {{model:String}}))
 """
 
+# Grouped rules (``group_by``): the window's requests joined to the value of the attribute their
+# trace carries (the earliest span's with the key, span attribute before resource attribute: as the
+# grouped charts, analytics.grouping), inner-joined (a trace without the key is in no series), kept
+# to ``group_value`` when given and to the rule's service when given.
+_GROUPED_REQUESTS = """
+SELECT r.start_time AS start_time, r.service AS service, r.status AS status, r.e2e_ns AS e2e_ns,
+       r.ttft_ns AS ttft_ns, {phase_columns}, tv.v AS group_value
+FROM ({requests}) AS r
+INNER JOIN (
+    SELECT trace_id,
+           argMin(if(attributes[{{group_by:String}}] != '', attributes[{{group_by:String}}],
+                     resource_attributes[{{group_by:String}}]), start_time) AS v
+    FROM spans
+    WHERE project_id = {{project_id:UInt64}}
+      AND start_time > fromUnixTimestamp64Nano({{since_ns:Int64}}) - toIntervalMinute(5)
+      AND start_time <= fromUnixTimestamp64Nano({{until_ns:Int64}}) + toIntervalHour(1)
+      AND (mapContains(attributes, {{group_by:String}}) OR mapContains(resource_attributes, {{group_by:String}}))
+      AND (attributes[{{group_by:String}}] != '' OR resource_attributes[{{group_by:String}}] != '')
+    GROUP BY trace_id
+) AS tv ON r.trace_id = tv.trace_id
+WHERE ({{group_value:String}} = '' OR tv.v = {{group_value:String}})
+  AND ({{service:String}} = '' OR r.service = {{service:String}})
+"""
+
 _FIGURES = """
-SELECT {bucket} AS bucket, service,
+SELECT {bucket} AS bucket, {series_column} AS series_value,
     count() AS requests,
     quantileExactInclusive(0.5)(e2e_ns) AS e2e_p50, quantileExactInclusive(0.95)(e2e_ns) AS e2e_p95,
     quantileExactInclusive(0.99)(e2e_ns) AS e2e_p99,
@@ -62,25 +91,32 @@ SELECT {bucket} AS bucket, service,
     countIf(status = 'error') AS errors, sum(e2e_ns) AS e2e_total, {phase_sums},
     toUnixTimestamp64Nano(max(start_time)) AS newest_ns
 FROM ({requests})
-GROUP BY bucket, service
-ORDER BY bucket, service
+GROUP BY bucket, series_value
+ORDER BY bucket, series_value
 """
 
 
-def figures_sql(*, bucket_seconds: int | None = None) -> str:
+def figures_sql(*, bucket_seconds: int | None = None, grouped: bool = False) -> str:
     """Per (bucket, service) figures of the requests in (since_ns, until_ns]; one bucket (0) when
-    ``bucket_seconds`` is None, else buckets of that many seconds counted from ``since_ns``."""
+    ``bucket_seconds`` is None, else buckets of that many seconds counted from ``since_ns``.
+    ``grouped``: per (bucket, value of attribute ``group_by``) instead of per service (parameters
+    ``group_by``, ``group_value``, ``service``)."""
     bucket = "0" if bucket_seconds is None else (
         f"intDiv(toUnixTimestamp64Nano(start_time) - {{since_ns:Int64}} - 1, {int(bucket_seconds) * 1_000_000_000})")
     requests = _REQUESTS.format(phase_columns=", ".join(f"{p}_ns" for p in PHASES))
-    return _FIGURES.format(bucket=bucket, requests=requests,
+    if grouped:
+        requests = _GROUPED_REQUESTS.format(requests=requests,
+                                            phase_columns=", ".join(f"r.{p}_ns AS {p}_ns" for p in PHASES))
+    return _FIGURES.format(bucket=bucket, requests=requests, series_column="group_value" if grouped else "service",
                            phase_sums=", ".join(f"sum({p}_ns) AS {p}_total" for p in PHASES))
 
 
 _WINDOW_SQL = figures_sql()
+_GROUPED_WINDOW_SQL = figures_sql(grouped=True)
 
 
-def series_from_row(row: dict, *, window_seconds: float) -> Series:
+def series_from_row(row: dict, *, window_seconds: float, group_by: str = "") -> Series:
+    """A row's series: labelled ``{"service": …}``, or ``{group_by: value}`` for a grouped rule."""
     def ms(value):
         return float(value) / 1e6
 
@@ -96,9 +132,10 @@ def series_from_row(row: dict, *, window_seconds: float) -> Series:
     }
     for phase in PHASES:
         values[f"phase_share_percent:{phase}"] = 100.0 * int(row[f"{phase}_total"]) / total if total > 0 else None
-    labels = {"service": row["service"]}
+    labels = {group_by: row["series_value"]} if group_by else {"service": row["series_value"]}
     newest = datetime.fromtimestamp(int(row["newest_ns"]) / 1e9, tz=timezone.utc)
-    return Series(series_key(labels), labels, values, newest)
+    key = f"{group_by}={row['series_value']}" if group_by else series_key(labels)
+    return Series(key, labels, values, newest)
 
 
 # Under load a summariser run takes seconds and the embedded beat runs it, the rollups and the
@@ -123,10 +160,16 @@ def _ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
-def latency_fetch(*, project_id: int, window_seconds: int, now: datetime, model: str = "") -> list[Series]:
+def latency_fetch(*, project_id: int, window_seconds: int, now: datetime, model: str = "", group_by: str = "",
+                  group_value: str = "", service: str = "") -> list[Series]:
+    """The window's series per root service; with ``group_by``, per value of that span/resource
+    attribute instead (only ``group_value`` when given; only requests of ``service`` when given)."""
     summaries_bring_up_to_date(project_id)
     until_ns = _ms(now) * 1_000_000
     since_ns = until_ns - window_seconds * 1_000_000_000
-    rows = get_store().query(_WINDOW_SQL, {"project_id": project_id, "since_ns": since_ns, "until_ns": until_ns,
-                                           "model": model or ""}, tag="alerts.latency.latency_fetch").dicts()
-    return [series_from_row(row, window_seconds=window_seconds) for row in rows]
+    params = {"project_id": project_id, "since_ns": since_ns, "until_ns": until_ns, "model": model or ""}
+    if group_by:
+        params.update(group_by=group_by, group_value=group_value, service=service)
+    rows = get_store().query(_GROUPED_WINDOW_SQL if group_by else _WINDOW_SQL, params,
+                             tag="alerts.latency.latency_fetch").dicts()
+    return [series_from_row(row, window_seconds=window_seconds, group_by=group_by) for row in rows]

@@ -170,7 +170,10 @@ def engines_fetch(*, project_id: int, window_seconds: int, now: datetime) -> lis
     return [engine_series_of(f) for f in window_figures(project_id=project_id, start=start, end=now)]
 
 
-def fetch(*, project_id: int, source: str, window_seconds: int, now: datetime, model: str = "") -> list[Series]:
+def fetch(*, project_id: int, source: str, window_seconds: int, now: datetime, model: str = "", group_by: str = "",
+          group_value: str = "", service: str = "") -> list[Series]:
+    """The source's series of the window; a latency rule with ``group_by`` gets one series per value of
+    that attribute (``group_value``, ``service``: its filters; see alerts.latency)."""
     if source == "engines":
         return engines_fetch(project_id=project_id, window_seconds=window_seconds, now=now)
     if source == "resources":
@@ -179,7 +182,8 @@ def fetch(*, project_id: int, source: str, window_seconds: int, now: datetime, m
         return processes_fetch(project_id=project_id, window_seconds=window_seconds, now=now)
     from .latency import latency_fetch
 
-    return latency_fetch(project_id=project_id, window_seconds=window_seconds, now=now, model=model)
+    return latency_fetch(project_id=project_id, window_seconds=window_seconds, now=now, model=model,
+                         group_by=group_by, group_value=group_value, service=service)
 
 
 def rule_values(rule, series: list[Series]) -> dict[str, tuple[dict, float | None]]:
@@ -201,6 +205,9 @@ def rule_values(rule, series: list[Series]) -> dict[str, tuple[dict, float | Non
         if rule.gpu_index is not None and "gpu" in labels and labels["gpu"] != str(rule.gpu_index):
             continue
         if rule.service and "service" in labels and labels["service"] != rule.service:
+            continue
+        group_by = getattr(rule, "group_by", "")
+        if group_by and (group_by not in labels or (rule.group_value and labels[group_by] != rule.group_value)):
             continue
         if metric in (GPU_METRICS | HOST_METRICS | ENGINE_GAUGE_METRICS):
             value = s.values.get(f"{metric}__{rule.aggregation if rule.aggregation != 'window' else 'last'}")

@@ -129,6 +129,10 @@ class AlertRule(models.Model):
     gpu_index = models.IntegerField(null=True, blank=True)
     service = models.CharField(max_length=256, blank=True)
     model = models.CharField(max_length=256, blank=True)
+    # Latency rules: one series per value of this span/resource attribute (user.tier) instead of per
+    # service; group_value keeps one value (blank: every value). See alerts.latency.
+    group_by = models.CharField(max_length=256, blank=True)
+    group_value = models.CharField(max_length=256, blank=True)
     for_seconds = models.PositiveIntegerField(default=0)
     keep_firing_for_seconds = models.PositiveIntegerField(default=0)
     missing_data = models.CharField(max_length=16, choices=MissingData.choices, default=MissingData.KEEP_LAST)
@@ -159,6 +163,8 @@ class AlertRule(models.Model):
         if self.metric == Metric.PHASE_SHARE:
             metric = f"{self.phase or 'inference'} share of latency %"
         agg = "" if self.aggregation in (Aggregation.LAST, Aggregation.WINDOW) else f"{self.aggregation} "
+        if self.group_by:
+            metric = f"{metric} of {self.group_by}={self.group_value or 'each value'}"
         return f"{agg}{metric} {Comparator(self.comparator).label} {self.threshold:g}"
 
 

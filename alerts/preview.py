@@ -81,11 +81,14 @@ def _latency_lines(rule, now: datetime) -> dict[str, list[tuple[int, float]]]:
     step = max(60, int(rule.window_seconds))
     until_ns = int(now.timestamp() * 1000) * 1_000_000
     since_ns = until_ns - LATENCY_HOURS * 3600 * 1_000_000_000
-    rows = get_store().query(figures_sql(bucket_seconds=step),
-                             {"project_id": rule.project_id, "since_ns": since_ns, "until_ns": until_ns,
-                              "model": rule.model or ""}, tag="alerts.preview.latency").dicts()
-    series = [((since_ns // 1_000_000_000) + (int(row["bucket"]) + 1) * step, series_from_row(row, window_seconds=step))
-              for row in rows]
+    group_by = getattr(rule, "group_by", "") or ""
+    params = {"project_id": rule.project_id, "since_ns": since_ns, "until_ns": until_ns, "model": rule.model or ""}
+    if group_by:
+        params.update(group_by=group_by, group_value=rule.group_value or "", service=rule.service or "")
+    rows = get_store().query(figures_sql(bucket_seconds=step, grouped=bool(group_by)), params,
+                             tag="alerts.preview.latency").dicts()
+    series = [((since_ns // 1_000_000_000) + (int(row["bucket"]) + 1) * step,
+               series_from_row(row, window_seconds=step, group_by=group_by)) for row in rows]
     return _collect(rule, series)
 
 

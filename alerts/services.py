@@ -132,12 +132,20 @@ RULE_SERIES_KEY = ""  # a rule's own series: "no data at all" under the `alert` 
 def _scope_labels(rule: AlertRule) -> dict:
     scope = {"host": rule.host, "gpu": "" if rule.gpu_index is None else str(rule.gpu_index),
              "service": rule.service, "model": rule.model}
+    if rule.group_by:
+        scope[rule.group_by] = rule.group_value
     return {k: v for k, v in scope.items() if v}
 
 
 def _fetch_key(rule: AlertRule) -> tuple:
+    """Rules with one key share one query: (project, source, window, model, group_by, group_value,
+    service); the last three only for a grouped latency rule (its query filters on them)."""
     source = metrics.source_of(rule.metric)
-    return (rule.project_id, source, rule.window_seconds, rule.model if source == "spans" else "")
+    if source != "spans":
+        return (rule.project_id, source, rule.window_seconds, "", "", "", "")
+    if not rule.group_by:
+        return (rule.project_id, source, rule.window_seconds, rule.model, "", "", "")
+    return (rule.project_id, source, rule.window_seconds, rule.model, rule.group_by, rule.group_value, rule.service)
 
 
 def alerts_evaluate_round(*, now: datetime | None = None, deliver: str = "queue", holder: str | None = None,
@@ -184,9 +192,10 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         by_fetch[_fetch_key(rule)].append(rule)
     fetched: dict[tuple, list] = {}
     for key in by_fetch:
-        project_id, source, window, model = key
+        project_id, source, window, model, group_by, group_value, service = key
         try:
-            fetched[key] = metrics.fetch(project_id=project_id, source=source, window_seconds=window, now=now, model=model)
+            fetched[key] = metrics.fetch(project_id=project_id, source=source, window_seconds=window, now=now, model=model,
+                                         group_by=group_by, group_value=group_value, service=service)
         except Exception as exc:  # noqa: BLE001 - recorded on each rule, logged, the other rules go on
             message = f"{type(exc).__name__}: {exc}"[:2000]
             log.error("alert query %s failed: %s", key, message)

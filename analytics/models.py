@@ -19,3 +19,26 @@ class ModelPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model} in {self.project}: ${self.input_usd_per_million}/M in, ${self.output_usd_per_million}/M out"
+
+
+class GroupTarget(models.Model):
+    """A target for one value of an attribute (``user.tier`` = ``premium``: E2E P95 ≤ 800 ms), drawn
+    as a dashed line in that value's colour on the grouped latency chart (analytics.grouping)."""
+
+    class Metric(models.TextChoices):
+        E2E_P95_MS = "e2e_p95_ms", "E2E P95 (ms)"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="group_targets")
+    attribute_key = models.CharField(max_length=256)
+    value = models.CharField(max_length=256)
+    metric = models.CharField(max_length=32, choices=Metric.choices, default=Metric.E2E_P95_MS)
+    target = models.FloatField(validators=[MinValueValidator(0)])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project", "attribute_key", "value", "metric"]
+        constraints = [models.UniqueConstraint(fields=["project", "attribute_key", "value", "metric"],
+                                               name="unique_group_target")]
+
+    def __str__(self) -> str:
+        return f"{self.attribute_key}={self.value} {self.metric} ≤ {self.target:g} in {self.project}"

@@ -139,6 +139,16 @@ def _variants(state: dict, i: int) -> int:
     return sum(result.figures[0].values)
 
 
+def _grouped(state: dict, i: int) -> int:
+    """The grouped latency series (``group_by=user.tier``, top 5 + other + (none), 120 points):
+    traces of the window joined to the value on their earliest span that carries the key."""
+    from analytics import grouping
+
+    start, end = _shift(state, i)
+    series = grouping.grouped_series(project_id=PROJECT_ID, start=start, end=end, key="user.tier", top=5)
+    return sum(g.requests for g in series.groups)
+
+
 # --- accuracy: exact over raw spans vs shown ---------------------------------------------------
 _EXACT_SQL = """
 SELECT
@@ -228,4 +238,7 @@ SCENARIOS = [
     Scenario("panels: variants user.tier free/pro, 24 h", 300, None, lambda s: _window(s, 24), _variants,
              note="analytics.variants.variants_compare: 3 reads side by side + bootstrap of ≤ 20k per variant"),
     Scenario("panels: variants user.tier free/pro, 7 d", 300, None, lambda s: _window(s, 24 * 7), _variants),
+    Scenario("grouping: latency series by user.tier, 24 h", 300, None, lambda s: _window(s, 24), _grouped,
+             note="analytics.grouping.grouped_series: requests, errors, P95, cost per bucket per value, one query"),
+    Scenario("grouping: latency series by user.tier, 7 d", 300, None, lambda s: _window(s, 24 * 7), _grouped),
 ]

@@ -703,3 +703,60 @@ def cache_costs_figures(savings: CacheSavings, *, filters: dict[str, str]) -> di
     by_endpoint.add_bar(x=[_label_text(e.label) for e in top], y=[_r(e.cost_saved_usd, 8) for e in top],
                         name="cost saved", marker_color="#59a14f")
     return {"fig-cache-saved": figure_dict(over_time), "fig-cache-endpoints": figure_dict(by_endpoint)}
+
+
+# Grouped charts (``group_by``): one line per group value, the same colour for a value on every
+# chart of the page and for its target line; "other" and "(none)" in greys.
+GROUP_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
+                "#af7aa1")
+GROUP_KIND_COLORS = {"other": "#8c8c8c", "none": "#c7c7c7"}
+
+
+def group_colors(grouped) -> dict[str, str]:
+    """``{group value: colour}`` for a grouped series (analytics.grouping.GroupedSeries)."""
+    out, i = {}, 0
+    for g in grouped.groups:
+        if g.kind in GROUP_KIND_COLORS:
+            out[g.value] = GROUP_KIND_COLORS[g.kind]
+        else:
+            out[g.value] = GROUP_COLORS[i % len(GROUP_COLORS)]
+            i += 1
+    return out
+
+
+def grouped_figures(grouped, *, start: datetime, end: datetime, targets: dict[str, float] | None = None,
+                    cost: bool = False) -> dict[str, dict]:
+    """The grouped charts: E2E P95, requests/s and error rate per group value (``cost``: cost per
+    bucket instead of the traffic charts); ``targets`` ``{value: P95 target ms}`` are dashed lines in
+    the value's colour on the P95 chart."""
+    targets = targets or {}
+    colors = group_colors(grouped)
+    x = grouped.times
+    key = plotly_text(grouped.key)
+    step = grouped.step_seconds or 1
+    figs = {}
+
+    def chart(title: str, ytitle: str, values) -> Fig:
+        fig = figure(**_time_layout(title, start, end, ytitle))
+        for g in grouped.groups:
+            _line(fig, x=x, y=values(g), name=plotly_text(g.value), line={"color": colors[g.value]},
+                  legendgroup=plotly_text(g.value))
+        return fig
+
+    p95 = chart(f"E2E P95 by {key}", "ms", lambda g: g.bucket_p95_ms)
+    for g in grouped.groups:
+        if g.kind == "value" and g.value in targets:
+            p95.add_scatter(x=[start, end], y=[targets[g.value], targets[g.value]], mode="lines",
+                            name=plotly_text(f"{g.value} target {targets[g.value]:g} ms"),
+                            line={"color": colors[g.value], "dash": "dash", "width": 1},
+                            legendgroup=plotly_text(g.value), hoverinfo="name")
+    figs["fig-group-p95"] = figure_dict(p95)
+    if cost:
+        figs["fig-group-cost"] = figure_dict(chart(f"Cost per bucket by {key}", "USD", lambda g: g.bucket_cost_usd))
+        return figs
+    figs["fig-group-rps"] = figure_dict(chart(f"Requests per second by {key}", "requests/s",
+                                              lambda g: [_r(n / step, 4) if n else None for n in g.bucket_requests]))
+    figs["fig-group-errors"] = figure_dict(chart(f"Error rate by {key}", "error rate %",
+                                                 lambda g: [_r(None if r is None else 100 * r, 2)
+                                                            for r in g.bucket_error_rate()]))
+    return figs

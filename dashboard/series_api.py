@@ -8,7 +8,9 @@
 Auth: ``Authorization: Bearer <project key>`` reads the key's project; a logged-in user reads
 the project of ``?project=<id>`` (one they are a member of) or their current one. Parameters:
 ``range`` (15m, 1h, 6h, 24h, 7d, 30d; default 24h) or ``from``/``to`` (ISO 8601, UTC without an
-offset), ``service``, ``model``, ``points`` (buckets wanted, 1–1000, default 120). Bad parameters
+offset), ``service``, ``model``, ``points`` (buckets wanted, 1–1000, default 120); on overview,
+latency and costs, ``group_by`` (an attribute key) and ``group_top`` (1–20, default 5) add ``grouped``: the
+series split per value of the attribute (``analytics.grouping``). Bad parameters
 answer 400 naming the parameter; errors are ``{"error": {"code", "message", "details"}}``.
 """
 
@@ -20,7 +22,7 @@ from datetime import datetime, timezone
 from django.http import Http404, JsonResponse
 from django.views.decorators.http import require_GET
 
-from analytics import rollups
+from analytics import grouping, rollups
 from config.fast_path import key_read_fast_path
 from ingest.auth import authenticate_request
 from ingest.http import ApiError
@@ -99,6 +101,30 @@ def _points(query) -> int:
     return points
 
 
+def group_params(query) -> tuple[str, int] | None:
+    """(attribute key, top N) of ``group_by``/``group_top``, None without ``group_by``; ApiError 400
+    naming the parameter at fault."""
+    key = (query.get("group_by") or "").strip()
+    if len(key) > grouping.MAX_KEY:
+        raise _bad("group_by", f"at most {grouping.MAX_KEY} characters")
+    raw = (query.get("group_top") or str(grouping.DEFAULT_TOP)).strip()
+    try:
+        top = int(raw)
+    except ValueError:
+        raise _bad("group_top", f"expected a whole number, got {raw[:40]!r}") from None
+    if not 1 <= top <= grouping.MAX_TOP:
+        raise _bad("group_top", f"must be from 1 to {grouping.MAX_TOP}")
+    return (key, top) if key else None
+
+
+def _grouped(request, args, points: int) -> dict:
+    """``{"grouped": …}`` when the request has ``group_by``, else ``{}``."""
+    group = group_params(request.GET)
+    if group is None:
+        return {}
+    return {"grouped": grouping.grouped_json(grouping.grouped_series(**args, key=group[0], top=group[1], points=points))}
+
+
 def _q(values: dict) -> dict:
     return {f"p{int(q * 100)}": v for q, v in values.items()}
 
@@ -150,22 +176,27 @@ def _endpoint(build):
 def _overview(request, args) -> dict:
     """KPIs of the window and of the window just before it, and the series."""
     points = _points(request.GET)
+    grouped = _grouped(request, args, points)
     previous = {**args, "start": args["start"] - (args["end"] - args["start"]), "end": args["start"]}
     return {"stats": stats_json(rollups.window_stats(**args)), "previous": stats_json(rollups.window_stats(**previous)),
-            "series": _series_json(rollups.window_series(**args, points=points, histograms=rollups.HISTOGRAMS))}
+            "series": _series_json(rollups.window_series(**args, points=points, histograms=rollups.HISTOGRAMS)),
+            **grouped}
 
 
 def _latency(request, args) -> dict:
     """E2E latency histogram: requests per latency bucket per time bucket, and in total."""
-    heatmap = rollups.latency_heatmap(**args, points=_points(request.GET))
+    points = _points(request.GET)
+    grouped = _grouped(request, args, points)
+    heatmap = rollups.latency_heatmap(**args, points=points)
     return {"step_seconds": heatmap.step_seconds, "times": [t.isoformat() for t in heatmap.times],
             "edges_ms": list(heatmap.edges_ms), "labels": heatmap.labels, "counts": heatmap.counts,
-            "totals": heatmap.totals}
+            "totals": heatmap.totals, **grouped}
 
 
 def _costs(request, args) -> dict:
     """Cost KPIs (and the previous window's), spend per model over time, projected monthly spend."""
     points = _points(request.GET)
+    grouped = _grouped(request, args, points)
     previous = {**args, "start": args["start"] - (args["end"] - args["start"]), "end": args["start"]}
     spend = rollups.spend_by_model(**args, points=points)
     totals = rollups.model_totals(**args)
@@ -180,7 +211,8 @@ def _costs(request, args) -> dict:
                            "from": projection.start.isoformat(), "to": projection.end.isoformat(),
                            "covered_seconds": projection.covered_seconds,
                            "cost_last_7_days": projection.cost_covered, "cost_covered": projection.cost_covered,
-                           "projected_monthly_usd": projection.projected_monthly, "by_model": projection.by_model}}
+                           "projected_monthly_usd": projection.projected_monthly, "by_model": projection.by_model},
+            **grouped}
 
 
 def projection_label(projection: rollups.SpendProjection) -> str:

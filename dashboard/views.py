@@ -13,7 +13,8 @@ from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 
-from analytics import cache_selectors, engines, panel_selectors, rollups, selectors
+from analytics import cache_selectors, engines, grouping, panel_selectors, rollups, selectors
+from analytics.group_targets import group_target_delete, group_target_set, group_targets_list
 from analytics.rollups import PROJECTION_DAYS
 from projects.scope import current_project
 from store import StoreError, get_store
@@ -24,7 +25,9 @@ from .compare import compare_query_from, compare_rows
 from .compare import side_stats as compare_side_stats
 from .filters import FilterBar, filter_bar_from_query
 from .panels import CPU_THRESHOLD, GPU_MEMORY_THRESHOLD, KV_CACHE_THRESHOLD
-from .series_api import projection_label
+from ingest.http import ApiError
+
+from .series_api import group_params, projection_label
 from .templatetags.explorer_tags import kpi_traces_link
 from .timewindow import PRESETS, TimeWindow, window_from_query
 
@@ -350,7 +353,33 @@ def _cache_panel(r: dict, filters: dict[str, str], kpis, figures) -> dict:
             "model_ignored": bool(filters.get("model"))}
 
 
-def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
+def _group_reads(group, project_id: int, window: TimeWindow, filters: dict[str, str], *, suggest: bool) -> dict:
+    """The reads of a grouped page (``group``: (attribute key, top N) or None): its series and, for
+    the HTML page (``suggest``), the attribute keys the filter bar suggests."""
+    reads = {}
+    if suggest:
+        reads["group_keys"] = lambda: grouping.attribute_keys(project_id=project_id, start=window.start, end=window.end)
+    if group is not None:
+        reads["grouped"] = lambda: grouping.grouped_series(project_id=project_id, start=window.start, end=window.end,
+                                                           key=group[0], top=group[1], **filters)
+    return reads
+
+
+def _group_panel(r: dict, group, project_id: int, window: TimeWindow, *, cost: bool = False) -> dict:
+    """What a grouped page shows: the series, its figures, the value targets and the key suggestions."""
+    out = {"group": group, "group_keys": r.get("group_keys", []), "grouped": None, "group_figures": {}, "group_targets": []}
+    if group is None:
+        return out
+    targets = group_targets_list(project_id=project_id, attribute_key=group[0])
+    by_value = {t.value: t.target for t in targets if t.metric == "e2e_p95_ms"}
+    grouped = r["grouped"]
+    out.update(grouped=grouped, group_targets=targets, group_target_ms=by_value,
+               group_figures=panels.grouped_figures(grouped, start=window.start, end=window.end, targets=by_value,
+                                                    cost=cost))
+    return out
+
+
+def _overview(project_id: int, window: TimeWindow, filters: dict[str, str], group=None, *, suggest: bool = False) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
     previous = window.previous()
     current, current_before = _current_windows(window)
@@ -363,21 +392,64 @@ def _overview(project_id: int, window: TimeWindow, filters: dict[str, str]) -> d
                                             **filters),
         series=lambda: rollups.window_series(**args),
         heatmap=lambda: rollups.latency_heatmap(**args),
-        facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end))
+        facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end),
+        **_group_reads(group, project_id, window, filters, suggest=suggest))
     current_rate, before_rate = r["rates"]
     return {"stats": r["now"], "previous": r["before"], "series": r["series"], "current": current_rate,
             "kpis": panels.overview_kpis(r["now"], r["before"], current_rate, before_rate),
             "figures": panels.overview_figures(r["series"], r["heatmap"], filters=filters), "facets": r["facets"],
-            "cache": _cache_panel(r, filters, panels.cache_overview_kpis, panels.cache_overview_figures)}
+            "cache": _cache_panel(r, filters, panels.cache_overview_kpis, panels.cache_overview_figures),
+            **_group_panel(r, group, project_id, window)}
+
+
+def _page_group(request) -> tuple[tuple[str, int] | None, str]:
+    """A page's (group, error message): a bad ``group_by``/``group_top`` is said on the page and
+    the page shows ungrouped."""
+    try:
+        return group_params(request.GET), ""
+    except ApiError as exc:
+        return None, exc.message
+
+
+def _target_post(request, project) -> tuple[dict, dict[str, list[str]]]:
+    """The group-target form of a grouped page (POST, member of the project, CSRF-checked by the
+    middleware): set or delete; (the form's values, errors by field)."""
+    form = {k: request.POST.get(k, "") for k in ("attribute_key", "value", "target")}
+    if request.POST.get("action") == "target_delete":
+        group_target_delete(project_id=project.pk, attribute_key=form["attribute_key"], value=form["value"])
+        return form, {}
+    try:
+        group_target_set(project_id=project.pk, **form)
+    except ValidationError as exc:
+        return form, exc.message_dict
+    return form, {}
 
 
 @login_required
 def overview(request):
     """KPIs against the previous period, traffic, latency, the phase breakdown and the latency
-    distribution of the chosen window, service and model."""
+    distribution of the chosen window, service and model; with ``group_by``, the series per value
+    of an attribute, and the form setting each value's P95 target."""
     bar, filters = _panel_filters(request)
-    return _project_page(request, "dashboard/overview.html", "panel",
-                         lambda project_id: _overview(project_id, bar.window, filters), filters=bar)
+    group, group_error = _page_group(request)
+    project = current_project(request)
+    target_form, target_errors = {"attribute_key": group[0] if group else "", "value": "", "target": ""}, {}
+    if request.method == "POST":
+        if project is None:
+            return redirect(request.get_full_path())
+        target_form, target_errors = _target_post(request, project)
+        if not target_errors:
+            return redirect(f"{request.path}?{request.GET.urlencode()}#group-targets")
+        key = target_form["attribute_key"].strip()
+        if group is None and key and len(key) <= grouping.MAX_KEY:  # show the form (and its errors) under its key
+            group = (key, grouping.DEFAULT_TOP)
+    response = _project_page(request, "dashboard/overview.html", "panel",
+                             lambda project_id: _overview(project_id, bar.window, filters, group, suggest=True), filters=bar,
+                             group_error=group_error, target_form=target_form, target_errors=target_errors,
+                             group_extra_fields="dashboard/_group_fields.html")
+    if target_errors and response.status_code == 200:
+        response.status_code = 400
+    return response
 
 
 def _panel_json(request, build):
@@ -443,18 +515,46 @@ def _series_json(series) -> dict:
             "buckets": [None if b is None else _stats_json(b) for b in series.buckets]}
 
 
+def _grouped_json(data: dict) -> dict:
+    """``{"grouped": …}`` of a page's JSON with ``group_by`` (analytics.grouping: each group with its
+    colour and P95 target), ``group_figures`` (the grouped charts), else ``{}``."""
+    if data["grouped"] is None:
+        return {}
+    body = grouping.grouped_json(data["grouped"])
+    colors = panels.group_colors(data["grouped"])
+    for g in body["groups"]:
+        g["color"] = colors[g["value"]]
+        target = data["group_target_ms"].get(g["value"]) if g["kind"] == "value" else None
+        g["targets"] = {"e2e_p95_ms": target} if target is not None else {}
+    return {"grouped": body, "group_figures": data["group_figures"]}
+
+
+def _group_or_error(request):
+    """(group, None) of ``group_by``/``group_top``, or (None, the 400 answer naming the parameter)."""
+    try:
+        return group_params(request.GET), None
+    except ApiError as exc:
+        return None, exc.response()
+
+
 @json_login_required
 def overview_json(request):
-    """GET /overview.json?range=…|from=…&to=…&service=…&model=… — the overview's numbers and figures."""
+    """GET /overview.json?range=…|from=…&to=…&service=…&model=…[&group_by=…&group_top=…] — the
+    overview's numbers and figures; with ``group_by``, ``grouped``: the series per attribute value."""
+    group, error = _group_or_error(request)
+    if error is not None:
+        return error
+
     def build(project_id, window, filters, bar):
-        data = _overview(project_id, window, filters)
+        data = _overview(project_id, window, filters, group)
+        grouped = _grouped_json(data)
         current = data["current"]
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
                 "current": {"label": panels.current_label(current.seconds), "seconds": current.seconds,
                             "requests": current.requests, "rps": current.rps},
                 "kpis": [_kpi_json(k, bar) for k in data["kpis"]],
                 "series": _series_json(data["series"]), "figures": {**data["figures"], **data["cache"]["figures"]},
-                "cache": _cache_json(data["cache"], bar)}
+                "cache": _cache_json(data["cache"], bar), **grouped}
 
     return _panel_json(request, build)
 
@@ -467,7 +567,7 @@ def _kpi_json(k, bar: FilterBar) -> dict:
             "traces_url": kpi_traces_link(k.key, k.value, bar.params)}
 
 
-def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict:
+def _costs(project_id: int, window: TimeWindow, filters: dict[str, str], group=None, *, suggest: bool = False) -> dict:
     args = {"project_id": project_id, "start": window.start, "end": window.end, **filters}
     previous = window.previous()
     r = panel_selectors.reads_concurrently(
@@ -479,13 +579,15 @@ def _costs(project_id: int, window: TimeWindow, filters: dict[str, str]) -> dict
         totals=lambda: rollups.model_totals(**args),
         # cost over the time the last 7 days actually cover × 30 days / that time
         projection=lambda: rollups.spend_projection(project_id=project_id, **filters),
-        facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end))
+        facets=lambda: panel_selectors.panel_facets(project_id=project_id, start=window.start, end=window.end),
+        **_group_reads(group, project_id, window, filters, suggest=suggest))
     projection = r["projection"]
     return {"stats": r["now"], "previous": r["before"], "series": r["series"],
             "kpis": panels.costs_kpis(r["now"], r["before"]), "projection": projection, "model_totals": r["totals"],
             "projected_monthly_usd": projection.projected_monthly, "projection_basis_usd": projection.cost_covered,
             "figures": panels.costs_figures(r["series"], r["spend"], filters=filters, totals=r["totals"]),
-            "facets": r["facets"], "cache": _cache_panel(r, filters, panels.cache_costs_kpis, panels.cache_costs_figures)}
+            "facets": r["facets"], "cache": _cache_panel(r, filters, panels.cache_costs_kpis, panels.cache_costs_figures),
+            **_group_panel(r, group, project_id, window, cost=True)}
 
 
 @login_required
@@ -495,6 +597,7 @@ def costs(request):
     from analytics.prices import model_price_delete, model_price_set, model_prices_list
 
     bar, filters = _panel_filters(request)
+    group, group_error = _page_group(request)
     project = current_project(request)
     price_errors: dict[str, list[str]] = {}
     price_form = {"model": "", "input_usd_per_million": "", "output_usd_per_million": ""}
@@ -511,8 +614,9 @@ def costs(request):
             return redirect(f"{request.path}?{request.GET.urlencode()}#prices")
     prices = model_prices_list(project_id=project.pk) if project is not None else []
     response = _project_page(request, "dashboard/costs.html", "panel",
-                             lambda project_id: _costs(project_id, bar.window, filters),
-                             filters=bar, prices=prices,
+                             lambda project_id: _costs(project_id, bar.window, filters, group, suggest=True),
+                             filters=bar, prices=prices, group_error=group_error,
+                             group_extra_fields="dashboard/_group_fields.html",
                              price_form=price_form, price_errors=price_errors, projection_days=PROJECTION_DAYS)
     if price_errors and response.status_code == 200:
         response.status_code = 400
@@ -521,9 +625,15 @@ def costs(request):
 
 @json_login_required
 def costs_json(request):
-    """GET /costs.json?range=…&service=…&model=… — the costs page's numbers and figures."""
+    """GET /costs.json?range=…&service=…&model=…[&group_by=…&group_top=…] — the costs page's numbers
+    and figures; with ``group_by``, ``grouped`` (cost per attribute value over time among them)."""
+    group, error = _group_or_error(request)
+    if error is not None:
+        return error
+
     def build(project_id, window, filters, bar):
-        data = _costs(project_id, window, filters)
+        data = _costs(project_id, window, filters, group)
+        grouped = _grouped_json(data)
         return {"stats": _stats_json(data["stats"]), "previous": _stats_json(data["previous"]),
                 "projected_monthly_usd": data["projected_monthly_usd"],
                 "projection": projection_label(data["projection"]),  # the series API's wording
@@ -531,7 +641,7 @@ def costs_json(request):
                 "by_model": [{"model": t.model, "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
                               "cost_usd": t.cost_usd} for t in data["model_totals"]],
                 "series": _series_json(data["series"]), "figures": {**data["figures"], **data["cache"]["figures"]},
-                "cache": _cache_json(data["cache"], bar)}
+                "cache": _cache_json(data["cache"], bar), **grouped}
 
     return _panel_json(request, build)
 

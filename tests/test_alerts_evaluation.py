@@ -472,3 +472,71 @@ def test_other_policies_do_not_invent_a_series_without_data(project):
     resolve = gpu_rule(project, name="resolve", missing_data="resolve")
     evaluate(T0)
     assert states(rule) == {} and states(resolve) == {}
+
+
+def _tiered(project_id, *, start, e2e_ms, tier, service="chat-api"):
+    """A request whose inference span carries ``user.tier`` (None: no tier)."""
+    rows = request(project_id, start=start, e2e_ms=e2e_ms, inference_ms=0.5 * e2e_ms, service=service)
+    if tier is not None:
+        rows[1]["attributes"] = {"user.tier": tier}
+    return rows
+
+
+def test_grouped_latency_rule_fires_for_premium_only_and_resolves(project, hook):
+    from alerts.preview import rule_preview_figure
+
+    channel = webhook(project, hook)
+    premium = rule_create(project=project, name="premium p95", metric="e2e_p95_ms", aggregation="window",
+                          window_seconds=300, comparator="gt", threshold=800, for_seconds=60, group_by="user.tier",
+                          group_value="premium", channels=[channel])
+    every = rule_create(project=project, name="tier p95", metric="e2e_p95_ms", aggregation="window",
+                        window_seconds=300, comparator="gt", threshold=800, for_seconds=60, group_by="user.tier")
+    assert premium.condition == "P95 end-to-end latency (ms) of user.tier=premium > 800"
+    assert every.condition == "P95 end-to-end latency (ms) of user.tier=each value > 800"
+    rows = []
+    for i in range(21):  # every 10 s from T0-100 s: premium slow (1000 ms, two services), standard fast, untiered slow
+        at = T0 + timedelta(seconds=-100 + 10 * i)
+        rows += _tiered(project.pk, start=at, e2e_ms=1000, tier="premium", service="chat-api" if i % 2 else "search")
+        rows += _tiered(project.pk, start=at + timedelta(seconds=2), e2e_ms=300, tier="standard")
+        rows += _tiered(project.pk, start=at + timedelta(seconds=4), e2e_ms=5000, tier=None)
+    for i in range(26):  # then premium turns fast, from T0+150 s
+        rows += _tiered(project.pk, start=T0 + timedelta(seconds=150 + 10 * i), e2e_ms=200, tier="premium")
+    insert_spans(rows)
+    evaluate(T0)
+    assert states(premium) == {"user.tier=premium": "pending"}
+    assert states(every) == {"user.tier=premium": "pending", "user.tier=standard": "inactive"}
+    evaluate(T0 + timedelta(seconds=30))
+    evaluate(T0 + timedelta(seconds=61))
+    assert states(premium) == {"user.tier=premium": "firing"}
+    assert states(every) == {"user.tier=premium": "firing", "user.tier=standard": "inactive"}
+    series = AlertSeries.objects.get(rule=premium)
+    assert series.value == pytest.approx(1000) and series.labels == {"user.tier": "premium"}
+    assert len(hook.requests) == 1 and "user.tier=premium" in json.dumps(hook.requests[0].json)
+    assert "standard" not in json.dumps(hook.requests[0].json)
+    # the preview draws the grouped series
+    names = {t.get("name") for t in rule_preview_figure(rule=every, now=T0 + timedelta(seconds=61))["data"]}
+    assert {"user.tier=premium", "user.tier=standard"} <= names
+    # five minutes on, the window holds only premium's fast requests
+    evaluate(T0 + timedelta(seconds=420))
+    assert states(premium) == {"user.tier=premium": "resolved"}
+    assert AlertSeries.objects.get(rule=premium).value == pytest.approx(200)
+    assert len(hook.requests) == 2 and "RESOLVED" in json.dumps(hook.requests[1].json).upper()
+
+
+def test_rule_form_group_by_validation(project):
+    from alerts.forms import RuleForm
+
+    base = {"name": "g", "metric": "e2e_p95_ms", "aggregation": "window", "window_seconds": 60, "comparator": "gt",
+            "threshold": 800, "for_minutes": 1, "keep_firing_for_minutes": 0, "missing_grace_minutes": 5,
+            "missing_data": "keep_last", "severity": "warning", "enabled": "on"}
+    form = RuleForm(data={**base, "group_by": " user.tier ", "group_value": "premium"}, project=project)
+    assert form.is_valid(), form.errors
+    rule = form.save()
+    assert (rule.group_by, rule.group_value) == ("user.tier", "premium")
+    form = RuleForm(data={**base, "name": "h", "group_value": "premium"}, project=project)
+    assert not form.is_valid() and "needs a group-by attribute" in str(form.errors["group_value"])
+    form = RuleForm(data={**base, "name": "i", "metric": "gpu_memory_percent", "aggregation": "last",
+                               "group_by": "user.tier"}, project=project)
+    assert not form.is_valid() and "only latency rules" in str(form.errors["group_by"])
+    form = RuleForm(data={**base, "name": "j", "group_by": "k" * 257}, project=project)
+    assert not form.is_valid() and "group_by" in form.errors

@@ -34,6 +34,7 @@ EXPECTED = {
     "README.md": (6, 0, 1),
     "docs/api.md": (2, 0, 0),
     "docs/engines.md": (1, 0, 0),
+    "docs/grouping.md": (1, 0, 0),
     "docs/otlp.md": (3, 0, 0),
     "docs/sdk.md": (0, 0, 1),
     "docs/scores.md": (1, 0, 1),

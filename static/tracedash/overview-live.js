@@ -21,6 +21,7 @@
         if ((document.getElementById("cache-none") || document.getElementById("cache-idle"))
             && body.cache && body.cache.stats.consulted > 0) { location.reload(); return; }
         window.tracedashCharts.drawFigures(body.figures);
+        if (body.group_figures) window.tracedashCharts.drawFigures(body.group_figures);  // ?group_by=…
         body.kpis.concat((body.cache && body.cache.kpis) || []).forEach((k) => {
           const tile = document.querySelector(`[data-kpi="${CSS.escape(k.key)}"]`);
           if (!tile) return;

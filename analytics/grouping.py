@@ -1,0 +1,171 @@
+"""Time series split by the values of a span or resource attribute (``group_by=user.tier``).
+
+The rollups keep no attributes, so a grouped series is read from the per-trace summaries
+(``traces``, latest version of each trace) joined to the value each trace carries, in one round
+trip per chart. Requests and status follow DOMAIN.md: a bucket counts the requests whose root
+starts in it, a request's status is its root's, P95 is exact over the bucket's requests.
+
+Which value a trace belongs to: the value on the **earliest span** (by start time) of the trace
+that carries the key with a non-empty value, as a span attribute, else as a resource attribute of
+that span (an empty value does not carry the key, as in the Variants view). A trace
+whose spans carry two values (a retried call routed elsewhere) therefore counts once, under its
+first. Traces without the key form the ``(none)`` group.
+
+The groups: the ``top`` values with the most requests in the window (ties by value), then
+``other`` (every other value, pooled: its P95 is over those requests together), then ``(none)``.
+Groups of kind ``other`` and ``none`` are returned only when they hold requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from store import get_store
+
+from .panel_selectors import _FILTER, _params
+from .selectors import bucket_seconds, bucket_times
+
+MAX_KEY = 256
+DEFAULT_TOP = 5
+MAX_TOP = 20
+KIND_VALUE, KIND_OTHER, KIND_NONE = 0, 1, 2
+KIND_NAMES = {KIND_VALUE: "value", KIND_OTHER: "other", KIND_NONE: "none"}
+LABELS = {KIND_OTHER: "other", KIND_NONE: "(none)"}
+
+
+@dataclass(frozen=True)
+class GroupSeries:
+    value: str  # the attribute's value; "other" / "(none)" for those kinds
+    kind: str  # "value" | "other" | "none"
+    requests: int  # in the whole window
+    errors: int
+    e2e_p95_ms: float | None
+    cost_usd: float
+    bucket_requests: list[int]
+    bucket_errors: list[int]
+    bucket_p95_ms: list[float | None]  # None: no request of the group started in the bucket
+    bucket_cost_usd: list[float | None]
+
+    @property
+    def error_rate(self) -> float | None:
+        return self.errors / self.requests if self.requests else None
+
+    def bucket_error_rate(self) -> list[float | None]:
+        return [e / n if n else None for n, e in zip(self.bucket_requests, self.bucket_errors)]
+
+
+@dataclass(frozen=True)
+class GroupedSeries:
+    key: str
+    top: int
+    step_seconds: int
+    times: list[datetime]
+    groups: list[GroupSeries]
+
+
+# One row per (bucket, group) and one per group over the whole window (bucket_ms = -1), from
+# GROUPING SETS, in one pass: ``tv`` is each trace's value (see the module docstring; spans read in
+# the window's range widened for clock skew and late spans, as _ATTRIBUTE_TRACES does), joined to
+# the window's requests; ``vn`` counts each value's requests and ``rnk`` ranks the values by it
+# (ties by value; traces without the key rank last), so the top N, other and (none) need no second
+# read of the join.
+_SQL = """
+WITH tv AS (
+    SELECT trace_id,
+           argMin(if(attributes[{{attr_key:String}}] != '', attributes[{{attr_key:String}}],
+                     resource_attributes[{{attr_key:String}}]), start_time) AS v,
+           1 AS has
+    FROM spans
+    WHERE project_id = {{project_id:UInt64}}
+      AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
+      AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
+      AND (mapContains(attributes, {{attr_key:String}}) OR mapContains(resource_attributes, {{attr_key:String}}))
+      AND (attributes[{{attr_key:String}}] != '' OR resource_attributes[{{attr_key:String}}] != '')
+    GROUP BY trace_id
+)
+SELECT if(grouping(bucket_ms) = 1, toInt64(-1), bucket_ms) AS bucket, kind, label,
+       count() AS requests, countIf(status = 'error') AS errors,
+       quantileExact(0.95)(e2e_ns) AS p95_ns, sum(ifNull(cost_usd, 0)) AS cost
+FROM (
+    SELECT bucket_ms, e2e_ns, status, cost_usd,
+           multiIf(has = 0, {none}, rnk <= {{top:UInt32}}, {value}, {other}) AS kind,
+           if(kind = {value}, v, '') AS label
+    FROM (
+        SELECT *, dense_rank() OVER (ORDER BY has DESC, vn DESC, v) AS rnk
+        FROM (
+            SELECT toInt64(intDiv(toUnixTimestamp64Milli(t.start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}}) AS bucket_ms,
+                   t.e2e_ns AS e2e_ns, t.status AS status, t.cost_usd AS cost_usd, tv.v AS v, tv.has AS has,
+                   count() OVER (PARTITION BY tv.has, tv.v) AS vn
+            FROM (SELECT trace_id, start_time, e2e_ns, status, cost_usd FROM traces FINAL WHERE {filter}) AS t
+            LEFT JOIN tv ON t.trace_id = tv.trace_id
+        )
+    )
+)
+GROUP BY GROUPING SETS ((bucket_ms, kind, label), (kind, label))
+""".format(filter=_FILTER, none=KIND_NONE, value=KIND_VALUE, other=KIND_OTHER)
+
+
+def grouped_series(*, project_id: int, start: datetime, end: datetime, key: str, top: int = DEFAULT_TOP,
+                   service: str = "", model: str = "", points: int = 120) -> GroupedSeries:
+    """Requests, errors, E2E P95 and cost per time bucket for each group of ``key`` (see the
+    module docstring), ordered: the top values by requests, then other, then (none)."""
+    if not key or len(key) > MAX_KEY:
+        raise ValueError(f"group_by must be 1 to {MAX_KEY} characters")
+    if not 1 <= top <= MAX_TOP:
+        raise ValueError(f"group_top must be from 1 to {MAX_TOP}")
+    step = bucket_seconds(start=start, end=end, points=points)
+    times = bucket_times(start=start, end=end, step=step)
+    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
+    n = len(times)
+    acc: dict[tuple[int, str], dict] = {}
+    params = _params(project_id, start, end, service, model, step_ms=step * 1000, attr_key=key, top=top)
+    for r in get_store().query(_SQL, params, tag="analytics.grouping.grouped_series").dicts():
+        g = acc.setdefault((int(r["kind"]), r["label"]), {
+            "requests": 0, "errors": 0, "p95": None, "cost": 0.0, "b_req": [0] * n, "b_err": [0] * n,
+            "b_p95": [None] * n, "b_cost": [None] * n})
+        p95 = round(float(r["p95_ns"]) / 1e6, 3) if r["requests"] else None
+        if r["bucket"] == -1:
+            g.update(requests=int(r["requests"]), errors=int(r["errors"]), p95=p95, cost=float(r["cost"]))
+            continue
+        i = index.get(r["bucket"])
+        if i is not None:
+            g["b_req"][i], g["b_err"][i] = int(r["requests"]), int(r["errors"])
+            g["b_p95"][i], g["b_cost"][i] = p95, float(r["cost"])
+    order = sorted(acc, key=lambda k: (k[0], -acc[k]["requests"], k[1]))
+    groups = [GroupSeries(value=LABELS.get(kind, label), kind=KIND_NAMES[kind], requests=acc[(kind, label)]["requests"],
+                          errors=acc[(kind, label)]["errors"], e2e_p95_ms=acc[(kind, label)]["p95"],
+                          cost_usd=acc[(kind, label)]["cost"], bucket_requests=acc[(kind, label)]["b_req"],
+                          bucket_errors=acc[(kind, label)]["b_err"], bucket_p95_ms=acc[(kind, label)]["b_p95"],
+                          bucket_cost_usd=acc[(kind, label)]["b_cost"])
+              for kind, label in order]
+    return GroupedSeries(key=key, top=top, step_seconds=step, times=times, groups=groups)
+
+
+def grouped_json(series: GroupedSeries) -> dict:
+    """The JSON of a grouped series (the overview, costs and series API answers share it)."""
+    return {"key": series.key, "top": series.top, "step_seconds": series.step_seconds,
+            "times": [t.isoformat() for t in series.times],
+            "groups": [{"value": g.value, "kind": g.kind, "requests": g.requests, "errors": g.errors,
+                        "error_rate": g.error_rate, "e2e_p95_ms": g.e2e_p95_ms, "cost_usd": g.cost_usd,
+                        "series": {"requests": g.bucket_requests, "errors": g.bucket_errors,
+                                   "error_rate": g.bucket_error_rate(), "e2e_p95_ms": g.bucket_p95_ms,
+                                   "cost_usd": g.bucket_cost_usd}}
+                       for g in series.groups]}
+
+
+KEY_SAMPLE_SPANS = 20_000  # the key suggestions read this many spans of the window at most
+
+
+def attribute_keys(*, project_id: int, start: datetime, end: datetime, limit: int = 100) -> list[str]:
+    """Span and resource attribute keys seen in the window (the filter bar's suggestions for
+    ``group_by``), from at most ``KEY_SAMPLE_SPANS`` of its spans so the page stays fast."""
+    r = get_store().query(
+        "SELECT groupUniqArray({limit:UInt32})(k) AS keys FROM ("
+        " SELECT arrayJoin(arrayConcat(mapKeys(attributes), mapKeys(resource_attributes))) AS k FROM ("
+        "  SELECT attributes, resource_attributes FROM spans WHERE project_id = {project_id:UInt64}"
+        "  AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})"
+        "  LIMIT {sample:UInt32}))",
+        _params(project_id, start, end, "", "", limit=limit, sample=KEY_SAMPLE_SPANS),
+        tag="analytics.grouping.attribute_keys").dicts()[0]
+    return sorted(k for k in r["keys"] if k)
