@@ -92,6 +92,8 @@ MATRIX: dict[str, Row] = {
     "dashboard:costs-json": Row("json", lambda w: "/costs.json" + _q(w)),
     "dashboard:compare": Row("page", lambda w: "/compare/" + _q(w)),
     "dashboard:compare-json": Row("json", lambda w: "/compare.json" + _q(w)),
+    "dashboard:variants": Row("page", lambda w: "/variants/" + _q(w)),
+    "dashboard:variants-json": Row("json", lambda w: "/variants.json" + _q(w)),
     "dashboard:traces": Row("page", lambda w: "/traces/" + _q(w)),
     "dashboard:traces-rows": Row("json", lambda w: "/traces/rows.json" + _q(w)),
     "dashboard:trace-compare": Row("page", lambda w: f"/traces/compare/?a={w.trace}&b={w.trace}&project={w.a.pk}"),
