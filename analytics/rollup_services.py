@@ -52,8 +52,10 @@ _COLUMN_LIST = ", ".join((*_KEYS, *_AGGREGATES, "version"))
 
 
 def hist_key_sql(expr: str) -> str:
-    """The histogram key of a value in ns: 0 for <= 1 ns, else ceil(log_γ(value))."""
-    return f"if({expr} <= 1, toUInt16(0), toUInt16(ceil(log({expr}) / {_LN_GAMMA!r})))"
+    """The histogram key of a value in ns: 0 for <= 1 ns, else ceil(log_γ(value)). The log's argument
+    is kept >= 1 even so: ClickHouse may evaluate both branches of ``if`` (no short circuit in every
+    pipeline), and log(0) = -inf cannot be cast to an integer (a 0 or an absent TPOT failed the run)."""
+    return f"if({expr} <= 1, toUInt16(0), toUInt16(ceil(log(greatest({expr}, 1)) / {_LN_GAMMA!r})))"
 
 
 def _hist_from_traces(name: str) -> str:

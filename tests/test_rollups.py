@@ -376,3 +376,25 @@ def test_any_arrival_order_with_reruns_stays_exact(db):
         assert _table_totals(project.pk, "rollup_day") == minute == _table_totals(project.pk, "rollup_day_all")
 
     check()
+
+
+def test_a_stream_whose_tokens_all_came_with_the_first_rolls_up(project_with_key):
+    """A streamed call whose TTFT is its whole duration (every token in the first chunk, as a fast
+    or cached answer gives) has a TPOT of 0: the rollup keys it into the first histogram bucket and
+    its percentiles stay readable (a served demo's rollup run once failed on such a value: log(0)
+    cannot be cast to an integer where ClickHouse evaluates both branches of the key's ``if``)."""
+    project, _ = project_with_key()
+    rng = random.Random(17)
+    now = time.time_ns()
+    instant = random_trace(rng, start_ns=now - 180 * NS)
+    call = next(s for s in instant if s["phase"] == "inference")
+    call["ttft_ms"] = call["duration_ms"]
+    others = [random_trace(rng, start_ns=now - 170 * NS + i * NS) for i in range(5)]
+    insert_spans(project.pk, [s for t in [instant, *others] for s in t])
+    run_tasks(project.pk)
+    tpots = get_store().query("SELECT tpot_ns FROM traces FINAL WHERE project_id = {p:UInt64} ORDER BY start_time",
+                              {"p": project.pk}, tag="tests.rollups.tpot").rows
+    assert tpots[0] == (0.0,) and all(t[0] > 0 for t in tpots[1:]), tpots
+    start = datetime.fromtimestamp((now - 600 * NS) / NS, tz=timezone.utc)
+    stats = rollups.window_stats(project_id=project.pk, start=start, end=datetime.now(timezone.utc))
+    assert stats.requests == 6 and stats.tpot_ms[0.5] is not None
