@@ -70,20 +70,34 @@ class GroupedSeries:
 # the window's requests; ``vn`` counts each value's requests and ``rnk`` ranks the values by it
 # (ties by value; traces without the key rank last), so the top N, other and (none) need no second
 # read of the join.
-_SQL = """
-WITH tv AS (
-    SELECT trace_id,
-           argMin(if(attributes[{{attr_key:String}}] != '', attributes[{{attr_key:String}}],
-                     resource_attributes[{{attr_key:String}}]), start_time) AS v,
-           1 AS has
+
+# The rule of the module docstring, shared with the Variants view (analytics.variants): a span's
+# value of the key ('' = it carries none), and the query giving each trace carrying the key its
+# value ``v`` (its earliest such span): one row per trace, from one scan of the spans in the
+# window's range widened for clock skew and late spans, ``mapContains`` first so only spans
+# carrying the key have their values read.
+SPAN_VALUE_SQL = """if(attributes[{attr_key:String}] != '', attributes[{attr_key:String}],
+                     resource_attributes[{attr_key:String}])"""
+
+
+def trace_value_sql(where: str = "") -> str:
+    """The assignment query; ``where`` (``AND …`` on the spans) narrows which traces it assigns."""
+    return "SELECT trace_id, argMin(" + SPAN_VALUE_SQL + """, start_time) AS v
     FROM spans
-    WHERE project_id = {{project_id:UInt64}}
-      AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
-      AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
-      AND (mapContains(attributes, {{attr_key:String}}) OR mapContains(resource_attributes, {{attr_key:String}}))
-      AND (attributes[{{attr_key:String}}] != '' OR resource_attributes[{{attr_key:String}}] != '')
-    GROUP BY trace_id
-)
+    WHERE project_id = {project_id:UInt64}
+      AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)
+      AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)
+      AND (mapContains(attributes, {attr_key:String}) OR mapContains(resource_attributes, {attr_key:String}))
+      AND (attributes[{attr_key:String}] != '' OR resource_attributes[{attr_key:String}] != '')
+      """ + where + """
+    GROUP BY trace_id"""
+
+
+TRACE_VALUE_SQL = trace_value_sql()
+
+
+_SQL = """
+WITH tv AS (SELECT trace_id, v, 1 AS has FROM ({{trace_value}}))
 SELECT if(grouping(bucket_ms) = 1, toInt64(-1), bucket_ms) AS bucket, kind, label,
        count() AS requests, countIf(status = 'error') AS errors,
        quantileExact(0.95)(e2e_ns) AS p95_ns, sum(ifNull(cost_usd, 0)) AS cost
@@ -103,7 +117,8 @@ FROM (
     )
 )
 GROUP BY GROUPING SETS ((bucket_ms, kind, label), (kind, label))
-""".format(filter=_FILTER, none=KIND_NONE, value=KIND_VALUE, other=KIND_OTHER)
+""".format(filter=_FILTER, none=KIND_NONE, value=KIND_VALUE, other=KIND_OTHER).replace(
+    "{trace_value}", TRACE_VALUE_SQL)
 
 
 def grouped_series(*, project_id: int, start: datetime, end: datetime, key: str, top: int = DEFAULT_TOP,

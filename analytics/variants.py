@@ -10,6 +10,7 @@ first. Requests are the window's traces with a root (DOMAIN.md), their status th
 Round trips: ``top_values`` (the default values, when none are given), ``key_suggestions``, then
 three reads side by side: request figures (with a uniform sample of at most ``SAMPLE_CAP`` per-trace
 values per variant for the bootstrap), scores (FINAL) and host GPU figures. All scoped by project.
+Each read assigns traces once, with the grouped series' query (analytics.grouping.trace_value_sql).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 from store import get_store
 
 from . import significance as sig
+from .grouping import SPAN_VALUE_SQL, trace_value_sql
 from .panel_selectors import _FILTER, _params, reads_concurrently
 
 DEFAULT_KEY = "llm.quantization"
@@ -30,29 +32,36 @@ MAX_VALUES = 8
 SAMPLE_CAP = 20_000  # per-trace values per variant read for a bootstrap (groupArraySample, seeded)
 SAMPLE_SEED = 17
 
-# trace_id -> its variant (the value on its earliest span carrying the key; an empty value is no value).
-_ASSIGNED = """SELECT trace_id,
-        argMin(if(attributes[{attr_key:String}] != '', attributes[{attr_key:String}],
-                  resource_attributes[{attr_key:String}]), start_time) AS variant
-    FROM spans
-    WHERE project_id = {project_id:UInt64}
-      AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)
-      AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)
-      AND (attributes[{attr_key:String}] != '' OR resource_attributes[{attr_key:String}] != '')
-    GROUP BY trace_id"""
+# The trace ids of the window's requests (any stored version matching the filter: a superset of the
+# requests, cheap, no attribute read), to prefilter the scores and spans the reads join to.
+_WINDOW_TRACE_IDS = f"SELECT trace_id FROM traces WHERE {_FILTER}"
+# Those of them with a score (any version): the only traces the scores read needs assigned.
+_SCORED_TRACE_IDS = (f"SELECT trace_id FROM scores WHERE project_id = {{project_id:UInt64}}"
+                     f" AND trace_id IN ({_WINDOW_TRACE_IDS})")
+
+
+def _assigned(where: str = "") -> str:
+    """trace_id -> its variant (the value on its earliest span carrying the key; an empty value is
+    no value): the grouped series' assignment (analytics.grouping), one scan of the spans."""
+    return f"SELECT trace_id, v AS variant FROM ({trace_value_sql(where)})"
+
 
 # The window's requests with their variant (only the chosen values).
-_VARIANT_TRACES_TEMPLATE = f"""SELECT t.*, a.variant AS variant
+_VARIANT_TRACES_TEMPLATE = """SELECT t.*, a.variant AS variant
     FROM (SELECT trace_id, start_time, e2e_ns, status, ttft_ns, tpot_ns, output_tokens, cost_usd
-          FROM traces FINAL WHERE {_FILTER}) AS t
-    INNER JOIN ({_ASSIGNED}) AS a ON t.trace_id = a.trace_id
-    WHERE a.variant IN (__VALUES__)"""
+          FROM traces FINAL WHERE __FILTER__) AS t
+    INNER JOIN (__ASSIGNED__) AS a ON t.trace_id = a.trace_id
+    WHERE a.variant IN (__VALUES__)""".replace("__FILTER__", _FILTER)
 
 
-def _variant_traces(n: int) -> str:
-    """The query with one ``{vI:String}`` parameter per chosen value (the count, never a value, is
-    written into the SQL)."""
-    return _VARIANT_TRACES_TEMPLATE.replace("__VALUES__", ", ".join(f"{{v{i}:String}}" for i in range(max(n, 1))))
+def _values(n: int) -> str:
+    """One ``{vI:String}`` parameter per chosen value (the count, never a value, is written into the SQL)."""
+    return ", ".join(f"{{v{i}:String}}" for i in range(max(n, 1)))
+
+
+def _variant_traces(n: int, where: str = "") -> str:
+    """The window's requests with their variant; ``where`` narrows the traces assigned (_assigned)."""
+    return _VARIANT_TRACES_TEMPLATE.replace("__ASSIGNED__", _assigned(where)).replace("__VALUES__", _values(n))
 
 
 def _p(project_id: int, start: datetime, end: datetime, service: str, model: str, key: str,
@@ -66,7 +75,7 @@ def top_values(*, project_id: int, start: datetime, end: datetime, key: str, ser
                limit: int = DEFAULT_TOP) -> list[str]:
     """The key's values by requests in the window, most first (the default choice)."""
     sql = (f"SELECT a.variant AS variant, count() AS n FROM (SELECT trace_id FROM traces FINAL WHERE {_FILTER}) AS t"
-           f" INNER JOIN ({_ASSIGNED}) AS a ON t.trace_id = a.trace_id"
+           f" INNER JOIN ({_assigned()}) AS a ON t.trace_id = a.trace_id"
            " GROUP BY variant ORDER BY n DESC, variant LIMIT {limit:UInt32}")
     rows = get_store().query(sql, _p(project_id, start, end, service, model, key, limit=limit),
                              tag="analytics.variants.top_values").dicts()
@@ -100,43 +109,57 @@ def _figures_read(params: dict) -> dict[str, dict]:
 
 
 def _scores_read(params: dict) -> list[dict]:
-    _VARIANT_TRACES = _variant_traces(params["n_values"])
+    # The assignment once (``vt`` is used once), and only of the traces with a score.
+    _VARIANT_TRACES = _variant_traces(params["n_values"], f"AND trace_id IN ({_SCORED_TRACE_IDS})")
     sql = f"""WITH vt AS ({_VARIANT_TRACES})
         SELECT v.variant AS variant, s.name AS name, s.data_type AS data_type,
                if(s.data_type = 'categorical', s.string_value,
                   if(s.data_type = 'boolean', toString(s.value), toString(round(s.value, 2)))) AS label,
                count() AS n, sum(s.value) AS total, sum(s.value * s.value) AS total_sq
         FROM (SELECT trace_id, name, data_type, value, string_value FROM scores FINAL
-              WHERE project_id = {{project_id:UInt64}} AND trace_id IN (SELECT trace_id FROM vt)) AS s
+              WHERE project_id = {{project_id:UInt64}} AND trace_id IN ({_WINDOW_TRACE_IDS})) AS s
         INNER JOIN (SELECT trace_id, variant FROM vt) AS v ON s.trace_id = v.trace_id
         GROUP BY variant, name, data_type, label ORDER BY name, variant, label"""
     return get_store().query(sql, params, tag="analytics.variants.scores").dicts()
+
+
+# The window's GPU samples (widened as the spans are), per host and minute.
+_GPU_SAMPLES = """SELECT host, toStartOfMinute(time) AS minute, toNullable(toFloat64(gpu_utilization)) AS util,
+                     if(ifNull(gpu_memory_total, 0) > 0, 100.0 * gpu_memory_used / gpu_memory_total, NULL) AS mem_pct
+              FROM resource_samples WHERE project_id = {project_id:UInt64} AND gpu_index >= 0
+                AND time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)
+                AND time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)"""
 
 
 def _gpu_read(params: dict) -> dict[str, dict]:
     """The GPU samples of the hosts that served each variant (``host.name`` of the variant's spans, a
     resource attribute or else a span attribute, = ``resource_samples.host``), in the minutes those
     spans started."""
-    _VARIANT_TRACES = _variant_traces(params["n_values"])
-    sql = f"""WITH vt AS ({_VARIANT_TRACES}),
-        served AS (
-            SELECT DISTINCT v.variant AS variant, sp.host AS host, sp.minute AS minute
-            FROM (SELECT trace_id, if(resource_attributes['host.name'] != '', resource_attributes['host.name'],
-                                      attributes['host.name']) AS host, toStartOfMinute(start_time) AS minute
-                  FROM spans WHERE project_id = {{project_id:UInt64}}
-                    AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
-                    AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
-                    AND host != ''
-                    AND trace_id IN (SELECT trace_id FROM vt)) AS sp
-            INNER JOIN (SELECT trace_id, variant FROM vt) AS v ON sp.trace_id = v.trace_id)
+    values = _values(params["n_values"])
+    # One scan of the window's spans gives each request both its variant (the rule of _assigned, as
+    # argMinIf over the spans carrying the key) and the (host, minute) pairs of all its spans; none
+    # is read when the window holds no GPU sample (nothing to join to).
+    sql = f"""WITH served AS (
+            SELECT DISTINCT a.variant AS variant, hm.1 AS host, hm.2 AS minute
+            FROM (SELECT trace_id FROM traces FINAL WHERE {_FILTER}) AS t
+            INNER JOIN (
+                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, start_time, {SPAN_VALUE_SQL} != '') AS variant,
+                       groupUniqArrayIf((host, toStartOfMinute(start_time)), host != '') AS hms
+                FROM (SELECT trace_id, start_time, attributes, resource_attributes,
+                             if(resource_attributes['host.name'] != '', resource_attributes['host.name'],
+                                attributes['host.name']) AS host
+                      FROM spans WHERE project_id = {{project_id:UInt64}}
+                        AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
+                        AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
+                        AND trace_id IN ({_WINDOW_TRACE_IDS})
+                        AND (SELECT count() FROM ({_GPU_SAMPLES})) > 0)
+                GROUP BY trace_id
+                HAVING countIf({SPAN_VALUE_SQL} != '') > 0 AND variant IN ({values})) AS a ON t.trace_id = a.trace_id
+            ARRAY JOIN a.hms AS hm)
         SELECT served.variant AS variant, groupUniqArray(20)(served.host) AS hosts,
                count(r.util) AS util_n, avg(r.util) AS util_mean, varSamp(r.util) AS util_var,
                count(r.mem_pct) AS mem_n, avg(r.mem_pct) AS mem_mean, varSamp(r.mem_pct) AS mem_var
-        FROM (SELECT host, toStartOfMinute(time) AS minute, toNullable(toFloat64(gpu_utilization)) AS util,
-                     if(ifNull(gpu_memory_total, 0) > 0, 100.0 * gpu_memory_used / gpu_memory_total, NULL) AS mem_pct
-              FROM resource_samples WHERE project_id = {{project_id:UInt64}} AND gpu_index >= 0
-                AND time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
-                AND time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)) AS r
+        FROM ({_GPU_SAMPLES}) AS r
         INNER JOIN served ON r.host = served.host AND r.minute = served.minute
         GROUP BY variant"""
     return {r["variant"]: r for r in get_store().query(sql, params, tag="analytics.variants.gpu").dicts()}
