@@ -53,9 +53,12 @@ _COLUMN_LIST = ", ".join((*_KEYS, *_AGGREGATES, "version"))
 
 def hist_key_sql(expr: str) -> str:
     """The histogram key of a value in ns: 0 for <= 1 ns, else ceil(log_γ(value)). The log's argument
-    is kept >= 1 even so: ClickHouse may evaluate both branches of ``if`` (no short circuit in every
-    pipeline), and log(0) = -inf cannot be cast to an integer (a 0 or an absent TPOT failed the run)."""
-    return f"if({expr} <= 1, toUInt16(0), toUInt16(ceil(log(greatest({expr}, 1)) / {_LN_GAMMA!r})))"
+    is kept finite and >= 1 on every row, because ClickHouse evaluates the key on rows the ``-If``
+    combinator then leaves out: ``assumeNotNull`` of a NULL TPOT or TTFT returns whatever its slot
+    holds (NaN where it was computed as 0/0), and log of NaN, 0 or inf cannot be cast to an integer —
+    a served demo's minute rollup failed on one."""
+    safe = f"if(isFinite({expr}) AND {expr} > 1, {expr}, 1)"
+    return f"toUInt16(ceil(log({safe}) / {_LN_GAMMA!r}))"
 
 
 def _hist_from_traces(name: str) -> str:

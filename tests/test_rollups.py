@@ -380,8 +380,8 @@ def test_any_arrival_order_with_reruns_stays_exact(db):
 
 def test_a_stream_whose_tokens_all_came_with_the_first_rolls_up(project_with_key):
     """A streamed call whose TTFT is its whole duration (every token in the first chunk, as a fast
-    or cached answer gives) has a TPOT of 0: the rollup keys it into the first histogram bucket and
-    its percentiles stay readable (a served demo's rollup run once failed on such a value: log(0)
+    or cached answer gives) has a TPOT of 0, and one with a single token has none: the rollup keys
+    them without failing and the percentiles stay readable (a served demo's rollup run once failed on such a value: log(0)
     cannot be cast to an integer where ClickHouse evaluates both branches of the key's ``if``)."""
     project, _ = project_with_key()
     rng = random.Random(17)
@@ -390,11 +390,18 @@ def test_a_stream_whose_tokens_all_came_with_the_first_rolls_up(project_with_key
     call = next(s for s in instant if s["phase"] == "inference")
     call["ttft_ms"] = call["duration_ms"]
     others = [random_trace(rng, start_ns=now - 170 * NS + i * NS) for i in range(5)]
+    # One output token: no TPOT (NULL), whatever the column's slot under the NULL holds (0/0 = NaN
+    # for the call whose one token came at its end, inf for the other).
+    for i, trace in enumerate(others[:2]):
+        one = next(s for s in trace if s["phase"] == "inference")
+        one["output_tokens"] = 1
+        if i == 0:
+            one["ttft_ms"] = one["duration_ms"]
     insert_spans(project.pk, [s for t in [instant, *others] for s in t])
     run_tasks(project.pk)
     tpots = get_store().query("SELECT tpot_ns FROM traces FINAL WHERE project_id = {p:UInt64} ORDER BY start_time",
                               {"p": project.pk}, tag="tests.rollups.tpot").rows
-    assert tpots[0] == (0.0,) and all(t[0] > 0 for t in tpots[1:]), tpots
+    assert tpots[0] == (0.0,) and tpots[1] == tpots[2] == (None,) and all(t[0] > 0 for t in tpots[3:]), tpots
     start = datetime.fromtimestamp((now - 600 * NS) / NS, tz=timezone.utc)
     stats = rollups.window_stats(project_id=project.pk, start=start, end=datetime.now(timezone.utc))
     assert stats.requests == 6 and stats.tpot_ms[0.5] is not None
