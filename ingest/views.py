@@ -134,20 +134,30 @@ async def traces_ingest(request):
         return exc.response()
 
 
-async def _samples_endpoint(request, kind: SampleKind):
+async def _batch_endpoint(request, envelope, noun: str, validate, store_async):
+    """A native batch (``{noun: [...]}``) of samples or scores: key, body, count and rate limits, the
+    items validated one by one (``validate(items, project_id)`` -> rows, rejected), the rows stored
+    (``store_async(project_id, rows)``), answered with what was accepted and what was rejected."""
     try:
         key, _, body = await _begin(request, (JSON,))
         try:
-            items = decode_envelope(body, SamplesIn, name="samples")
+            items = decode_envelope(body, envelope, name=noun)
         except EnvelopeError as exc:
-            raise _envelope_error(exc, "samples") from None
-        _admit(key, len(items), "samples")
-        rows, rejected = samples_validate(kind, items, project_id=key.project_id)
-        _all_rejected(rows, rejected, "samples")
-        await _stored(samples_store_async(kind, project_id=key.project_id, rows=rows))
+            raise _envelope_error(exc, noun) from None
+        _admit(key, len(items), noun)
+        rows, rejected = validate(items, key.project_id)
+        _all_rejected(rows, rejected, noun)
+        await _stored(store_async(key.project_id, rows))
         return JsonResponse({"accepted": len(rows), "rejected": rejected})
     except ApiError as exc:
         return exc.response()
+
+
+async def _samples_endpoint(request, kind: SampleKind):
+    return await _batch_endpoint(
+        request, SamplesIn, "samples",
+        lambda items, project_id: samples_validate(kind, items, project_id=project_id),
+        lambda project_id, rows: samples_store_async(kind, project_id=project_id, rows=rows))
 
 
 @fast_path
@@ -155,19 +165,10 @@ async def _samples_endpoint(request, kind: SampleKind):
 async def scores_ingest(request):
     """``POST /api/v1/scores``: ``{"scores": [...]}``, each a score of a trace or of one of its spans
     (docs/scores.md); the same key, body, count and rate limits and the same answer as samples."""
-    try:
-        key, _, body = await _begin(request, (JSON,))
-        try:
-            items = decode_envelope(body, ScoresIn, name="scores")
-        except EnvelopeError as exc:
-            raise _envelope_error(exc, "scores") from None
-        _admit(key, len(items), "scores")
-        rows, rejected = scores_validate(items, project_id=key.project_id)
-        _all_rejected(rows, rejected, "scores")
-        await _stored(scores_store_async(project_id=key.project_id, rows=rows))
-        return JsonResponse({"accepted": len(rows), "rejected": rejected})
-    except ApiError as exc:
-        return exc.response()
+    return await _batch_endpoint(
+        request, ScoresIn, "scores",
+        lambda items, project_id: scores_validate(items, project_id=project_id),
+        lambda project_id, rows: scores_store_async(project_id=project_id, rows=rows))
 
 
 def _with_scores(rows: list, rejected: list) -> tuple[list, list, list]:
