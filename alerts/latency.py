@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 from django.conf import settings
 
+from analytics.grouping import trace_value_sql
 from analytics.summary_sql import PHASES
 from store import get_store
 
@@ -61,21 +62,13 @@ WHERE has_root = 1 AND loadtest = 0
 # trace carries (the earliest span's with the key, span attribute before resource attribute: as the
 # grouped charts, analytics.grouping), inner-joined (a trace without the key is in no series), kept
 # to ``group_value`` when given and to the rule's service when given.
+_GROUP_VALUES = trace_value_sql(key="group_by", since="since_ns", until="until_ns", unit="Nano", lower=">", upper="<=")
 _GROUPED_REQUESTS = """
 SELECT r.start_time AS start_time, r.service AS service, r.status AS status, r.e2e_ns AS e2e_ns,
        r.ttft_ns AS ttft_ns, {phase_columns}, tv.v AS group_value
 FROM ({requests}) AS r
 INNER JOIN (
-    SELECT trace_id,
-           argMin(if(attributes[{{group_by:String}}] != '', attributes[{{group_by:String}}],
-                     resource_attributes[{{group_by:String}}]), start_time) AS v
-    FROM spans
-    WHERE project_id = {{project_id:UInt64}}
-      AND start_time > fromUnixTimestamp64Nano({{since_ns:Int64}}) - toIntervalMinute(5)
-      AND start_time <= fromUnixTimestamp64Nano({{until_ns:Int64}}) + toIntervalHour(1)
-      AND (mapContains(attributes, {{group_by:String}}) OR mapContains(resource_attributes, {{group_by:String}}))
-      AND (attributes[{{group_by:String}}] != '' OR resource_attributes[{{group_by:String}}] != '')
-    GROUP BY trace_id
+{trace_value}
 ) AS tv ON r.trace_id = tv.trace_id
 WHERE ({{group_value:String}} = '' OR tv.v = {{group_value:String}})
   AND ({{service:String}} = '' OR r.service = {{service:String}})
@@ -105,7 +98,7 @@ def figures_sql(*, bucket_seconds: int | None = None, grouped: bool = False) -> 
         f"intDiv(toUnixTimestamp64Nano(start_time) - {{since_ns:Int64}} - 1, {int(bucket_seconds) * 1_000_000_000})")
     requests = _REQUESTS.format(phase_columns=", ".join(f"{p}_ns" for p in PHASES))
     if grouped:
-        requests = _GROUPED_REQUESTS.format(requests=requests,
+        requests = _GROUPED_REQUESTS.format(requests=requests, trace_value=_GROUP_VALUES,
                                             phase_columns=", ".join(f"r.{p}_ns AS {p}_ns" for p in PHASES))
     return _FIGURES.format(bucket=bucket, requests=requests, series_column="group_value" if grouped else "service",
                            phase_sums=", ".join(f"sum({p}_ns) AS {p}_total" for p in PHASES))

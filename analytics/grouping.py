@@ -71,25 +71,29 @@ class GroupedSeries:
 # (ties by value; traces without the key rank last), so the top N, other and (none) need no second
 # read of the join.
 
-# The rule of the module docstring, shared with the Variants view (analytics.variants): a span's
-# value of the key ('' = it carries none), and the query giving each trace carrying the key its
-# value ``v`` (its earliest such span): one row per trace, from one scan of the spans in the
-# window's range widened for clock skew and late spans, ``mapContains`` first so only spans
-# carrying the key have their values read.
-SPAN_VALUE_SQL = """if(attributes[{attr_key:String}] != '', attributes[{attr_key:String}],
-                     resource_attributes[{attr_key:String}])"""
+# The rule of the module docstring, shared with the Variants view (analytics.variants) and the
+# grouped alert rules (alerts.latency): a span's value of the key ('' = it carries none), and the
+# query giving each trace carrying the key its value ``v`` (its earliest such span): one row per
+# trace, from one scan of the spans in the window's range widened for clock skew and late spans.
+# Both read ``spans.dims`` (the span's short values, span attribute over resource attribute, filled
+# at insert), never the attribute maps with their prompts; a value over
+# store.schema.DIM_VALUE_MAX characters does not group.
+SPAN_VALUE_SQL = "dims[{attr_key:String}]"
 
 
-def trace_value_sql(where: str = "") -> str:
-    """The assignment query; ``where`` (``AND …`` on the spans) narrows which traces it assigns."""
-    return "SELECT trace_id, argMin(" + SPAN_VALUE_SQL + """, start_time) AS v
+def trace_value_sql(where: str = "", *, key: str = "attr_key", since: str = "start_ms", until: str = "end_ms",
+                    unit: str = "Milli", lower: str = ">=", upper: str = "<") -> str:
+    """The assignment query; ``where`` (``AND …`` on the spans) narrows which traces it assigns;
+    ``key``/``since``/``until`` name the parameters (``unit``: Milli or Nano), ``lower``/``upper``
+    the window's bound operators."""
+    value = f"dims[{{{key}:String}}]"
+    return f"""SELECT trace_id, argMin({value}, start_time) AS v
     FROM spans
-    WHERE project_id = {project_id:UInt64}
-      AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)
-      AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)
-      AND (mapContains(attributes, {attr_key:String}) OR mapContains(resource_attributes, {attr_key:String}))
-      AND (attributes[{attr_key:String}] != '' OR resource_attributes[{attr_key:String}] != '')
-      """ + where + """
+    WHERE project_id = {{project_id:UInt64}}
+      AND start_time {lower} fromUnixTimestamp64{unit}({{{since}:Int64}}) - toIntervalMinute(5)
+      AND start_time {upper} fromUnixTimestamp64{unit}({{{until}:Int64}}) + toIntervalHour(1)
+      AND mapContains(dims, {{{key}:String}})
+      {where}
     GROUP BY trace_id"""
 
 

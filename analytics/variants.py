@@ -133,8 +133,8 @@ _GPU_SAMPLES = """SELECT host, toStartOfMinute(time) AS minute, toNullable(toFlo
 
 def _gpu_read(params: dict) -> dict[str, dict]:
     """The GPU samples of the hosts that served each variant (``host.name`` of the variant's spans, a
-    resource attribute or else a span attribute, = ``resource_samples.host``), in the minutes those
-    spans started."""
+    span attribute or else a resource attribute, as for any key; = ``resource_samples.host``), in
+    the minutes those spans started."""
     values = _values(params["n_values"])
     # One scan of the window's spans gives each request both its variant (the rule of _assigned, as
     # argMinIf over the spans carrying the key) and the (host, minute) pairs of all its spans; none
@@ -143,18 +143,15 @@ def _gpu_read(params: dict) -> dict[str, dict]:
             SELECT DISTINCT a.variant AS variant, hm.1 AS host, hm.2 AS minute
             FROM (SELECT trace_id FROM traces FINAL WHERE {_FILTER}) AS t
             INNER JOIN (
-                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, start_time, {SPAN_VALUE_SQL} != '') AS variant,
-                       groupUniqArrayIf((host, toStartOfMinute(start_time)), host != '') AS hms
-                FROM (SELECT trace_id, start_time, attributes, resource_attributes,
-                             if(resource_attributes['host.name'] != '', resource_attributes['host.name'],
-                                attributes['host.name']) AS host
-                      FROM spans WHERE project_id = {{project_id:UInt64}}
+                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, start_time, mapContains(dims, {{attr_key:String}})) AS variant,
+                       groupUniqArrayIf((dims['host.name'], toStartOfMinute(start_time)), mapContains(dims, 'host.name')) AS hms
+                FROM spans WHERE project_id = {{project_id:UInt64}}
                         AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
                         AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
                         AND trace_id IN ({_WINDOW_TRACE_IDS})
-                        AND (SELECT count() FROM ({_GPU_SAMPLES})) > 0)
+                        AND (SELECT count() FROM ({_GPU_SAMPLES})) > 0
                 GROUP BY trace_id
-                HAVING countIf({SPAN_VALUE_SQL} != '') > 0 AND variant IN ({values})) AS a ON t.trace_id = a.trace_id
+                HAVING countIf(mapContains(dims, {{attr_key:String}})) > 0 AND variant IN ({values})) AS a ON t.trace_id = a.trace_id
             ARRAY JOIN a.hms AS hm)
         SELECT served.variant AS variant, groupUniqArray(20)(served.host) AS hosts,
                count(r.util) AS util_n, avg(r.util) AS util_mean, varSamp(r.util) AS util_var,

@@ -87,6 +87,9 @@ def replicated_engine(engine: str, table: str) -> str:
 # a spool segment replayed after ClickHouse had already taken it adds nothing.
 DEDUP_WINDOW = "non_replicated_deduplication_window = 10000"
 DATETIME_NS = "DateTime64(9, 'UTC')"
+DIM_VALUE_MAX = 256  # the longest attribute value that groups (spans.dims)
+_SHORT = f"(k, v) -> v != '' AND length(v) <= {DIM_VALUE_MAX}"
+DIMS_DEFAULT = f"mapUpdate(mapFilter({_SHORT}, resource_attributes), mapFilter({_SHORT}, attributes))"
 DATETIME_MS = "DateTime64(3, 'UTC')"
 
 SPANS = Table(
@@ -126,6 +129,13 @@ SPANS = Table(
         # Filled by ClickHouse at insert (migration 0013): what the summaries read to tell load-test
         # traffic, without reading the attributes (prompts) again.
         Column("loadtest_run_id", "String", "ZSTD(1)", "attributes['loadtest.run_id']"),
+        # The span's short attribute values, span and resource attributes in one map (migration 0020),
+        # filled by ClickHouse at insert: what grouping and the Variants view read to tell which value
+        # of a key a span carries, without reading the attribute values (prompts of kilobytes) again.
+        # A key's value is the span attribute's, else the resource attribute's; empty values and values
+        # over DIM_VALUE_MAX characters are left out. Parts written before the migration compute it
+        # from ``attributes`` when read (same values, at the old cost).
+        Column("dims", "Map(LowCardinality(String), String)", "ZSTD(1)", DIMS_DEFAULT),
     ),
     # A span re-sent with the same ids collapses into one row on merge.
     engine="ReplacingMergeTree(ingested_at)",

@@ -109,3 +109,31 @@ def test_0018_adds_the_cache_columns_to_a_store_that_predates_it(fresh_store):
     fresh_store.command("INSERT INTO traces (project_id, trace_id, start_time, version, cache)"
                         " VALUES (1, {t:String}, now64(9), 1, 2)", {"t": "a" * 32}, tag="tests.upgrade")
     assert fresh_store.query("SELECT cache FROM traces_by_start WHERE project_id = 1", tag="tests.upgrade").scalar() == 2
+
+
+def test_0020_span_dims_for_spans_stored_before_it(fresh_store):
+    """Spans stored before 0020 (no ``dims`` column in their part) read the same short values as
+    spans stored after it: ClickHouse computes the column from their attribute maps. The span
+    attribute wins over the resource attribute, empty and over-long values are left out."""
+    from store.schema import DIM_VALUE_MAX, SPANS
+
+    ctx = MigrationContext(retention_days=30)
+    migrate(fresh_store, ctx)
+    fresh_store.command("ALTER TABLE spans DROP COLUMN dims", tag="tests.downgrade")
+    insert = ("INSERT INTO spans (project_id, trace_id, span_id, start_time, attributes, resource_attributes)"
+              " SELECT 1, {t:String}, {s:String}, now64(9),"
+              " map('tier', 'pro', 'prompt', repeat('x', {long:UInt32}), 'empty', '', 'edge', repeat('y', {edge:UInt32})),"
+              " map('tier', 'free', 'host.name', 'gpu-1', 'empty', 'from-resource')")
+    params = {"t": "a" * 32, "long": DIM_VALUE_MAX + 1, "edge": DIM_VALUE_MAX}
+    fresh_store.command(insert, {**params, "s": "1" * 16}, tag="tests.downgrade")
+    migration = next(m for m in discover() if m.name.startswith("0020"))
+    for statement in migration.statements(ctx):
+        fresh_store.command(statement, tag="tests.upgrade")
+    fresh_store.command(insert, {**params, "s": "2" * 16}, tag="tests.upgrade")
+    result = fresh_store.query(
+        "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = 'spans' ORDER BY position",
+        tag="tests.columns")
+    assert result.rows == [(c.name, c.type) for c in SPANS.columns]
+    expected = {"tier": "pro", "host.name": "gpu-1", "empty": "from-resource", "edge": "y" * DIM_VALUE_MAX}
+    rows = fresh_store.query("SELECT span_id, dims FROM spans ORDER BY span_id", tag="tests.upgrade").rows
+    assert [(sid, dict(d)) for sid, d in rows] == [("1" * 16, expected), ("2" * 16, expected)]
