@@ -33,7 +33,7 @@ class FilterBar:
     window: TimeWindow
     service: str = ""
     model: str = ""
-    params: dict[str, str] = field(default_factory=dict)  # every non-empty parameter of the request
+    params: dict[str, str | list[str]] = field(default_factory=dict)  # every non-empty parameter (a list when repeated)
     errors: tuple[str, ...] = ()  # whole sentences ("range must be one of …"), for the bar itself
     # The same errors as (parameter, message without the parameter's name), for a page that lists
     # them under the parameter ("<code>range</code> must be one of …"), so the name is not said twice.
@@ -60,7 +60,7 @@ class FilterBar:
                 params.pop(key, None)
             else:
                 params[key] = str(value)
-        return "?" + urlencode(params) if params else "?"
+        return "?" + urlencode(params, doseq=True) if params else "?"
 
     def preset_links(self) -> list[dict]:
         """One link per preset, keeping the other filters (and dropping the absolute range and any
@@ -106,7 +106,11 @@ def filter_bar_from_query(query, *, default_range: str = "24h", now: datetime | 
     ``timewindow.window_from_query`` (the default range fitted to the project's data)."""
     window = window_from_query(query, default=default_range, now=now, fit=fit)
     errors = [window.error] if window.error else []
-    params = {key: query.get(key) for key in query.keys() if query.get(key) not in (None, "")}
+    params: dict[str, str | list[str]] = {}
+    for key in query.keys():  # a repeated parameter (the Variants view's ``value``) keeps every value
+        found = [v for v in (query.getlist(key) if hasattr(query, "getlist") else [query.get(key)]) if v not in (None, "")]
+        if found:
+            params[key] = found[0] if len(found) == 1 else found
     if window.error:  # the URL should not keep the value that was refused
         for key in ("range", "from", "to"):
             params.pop(key, None)

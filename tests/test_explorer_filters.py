@@ -48,3 +48,11 @@ def test_bad_values_fall_back_with_a_message_and_leave_the_url():
     assert b.window.preset and b.errors and "from" not in b.params
     b = bar("service=" + "s" * 300)
     assert b.service == "" and "service" not in b.params and "256" in b.errors[0]
+
+
+def test_repeated_parameters_keep_every_value():
+    """The Variants view names its values as ``value=fp16&value=int8``: a preset link keeps both."""
+    b = bar("key=llm.quantization&value=fp16&value=int8&range=1h")
+    links = {link["preset"]: link for link in b.preset_links()}
+    assert links["24h"]["url"] == "?key=llm.quantization&value=fp16&value=int8&range=24h"
+    assert b.url(value="fp16") == "?key=llm.quantization&value=fp16&range=1h"

@@ -33,13 +33,13 @@ def kpi_query(key: str, value) -> dict[str, str]:
     return {}
 
 
-def kpi_traces_link(key: str, value, page_params: dict[str, str]) -> str:
+def kpi_traces_link(key: str, value, page_params: dict) -> str:
     """The explorer URL of a tile: the page's scope (``page_params``, the filter bar's parameters)
     and the tile's own filter. The one builder of these links: the page's tag below and the
     overview JSON's ``traces_url`` of each tile (which the live page puts in the tile's link)."""
     params = {k: v for k, v in page_params.items() if k in KEPT and v}
     params.update(kpi_query(key, value))
-    return "/traces/?" + urlencode(params)
+    return "/traces/?" + urlencode(params, doseq=True)
 
 
 @register.simple_tag
