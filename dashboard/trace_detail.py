@@ -98,6 +98,12 @@ LIMIT {limit:UInt32}
 _EVENTS_READER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tracedash-trace-events")
 
 
+def read_beside(fn, /, **kwargs):
+    """``fn(**kwargs)`` started on the readers' threads (a store read to run while this thread reads
+    the spans): its future."""
+    return _EVENTS_READER.submit(fn, **kwargs)
+
+
 def _body_value(text: str):
     """The stored body (JSON text of the OTLP AnyValue) as the value it was: a string, a map, …"""
     if not text:
@@ -301,7 +307,7 @@ def trace_get(*, project_id: int, trace_id: str, with_genai_events: bool = False
     if not trace_id_valid(trace_id):
         return None
     prices = prices_for_project(project_id=project_id)
-    events = (_EVENTS_READER.submit(trace_genai_events, project_id=project_id, trace_id=trace_id)
+    events = (read_beside(trace_genai_events, project_id=project_id, trace_id=trace_id)
               if with_genai_events else None)
     with _gc_paused():
         rows = trace_spans(project_id=project_id, trace_id=trace_id)

@@ -158,6 +158,9 @@ def trace_api(request, trace_id: str):
         if not trace_detail.trace_id_valid(trace_id):
             raise ApiError(400, "invalid_trace_id", "trace_id must be 32 lowercase hex characters",
                            details=[{"field": "trace_id", "message": "expected 32 hex characters"}])
+        # A key names one project: its scores are read beside the spans (one round trip's time).
+        scores = (trace_detail.read_beside(trace_scores, project_id=projects[0].pk, trace_id=trace_id)
+                  if len(projects) == 1 else None)
         try:
             _, detail = _find_trace(projects, trace_id, with_genai_events=True)
         except StoreError as exc:
@@ -171,7 +174,8 @@ def trace_api(request, trace_id: str):
     columnar = request.GET.get("spans") == "columns"
     body = trace_detail.trace_json(detail, columnar=columnar)
     try:
-        body["scores"] = trace_scores(project_id=detail.project_id, trace_id=trace_id)
+        body["scores"] = (scores.result() if scores is not None
+                          else trace_scores(project_id=detail.project_id, trace_id=trace_id))
     except StoreError as exc:
         log.error("trace api: scores failed: %s", exc)
         return ApiError(503, "store_unavailable", "the trace store is unavailable; retry later",
