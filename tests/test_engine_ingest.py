@@ -444,3 +444,77 @@ def test_the_embedded_sampler_scrapes_configured_and_registered_targets(project_
         assert {(r["engine"], r["target"]) for r in rows} == {("tgi", tgi.url), ("vllm", endpoint.url)}
         waiting = {r["engine"]: r["value"] for r in rows if r["metric"] == "requests_waiting"}
         assert waiting == {"tgi": 7, "vllm": 2}
+
+
+def _collector_request(resource: dict, gauges: dict, counters: dict, histograms: dict):
+    """An OTLP metrics export as an OTel Collector's Prometheus receiver builds it from a scrape:
+    the Prometheus names unchanged, the model a point attribute."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    request = ExportMetricsServiceRequest()
+    rm = request.resource_metrics.add()
+    for k, v in resource.items():
+        attr = rm.resource.attributes.add()
+        attr.key, attr.value.string_value = k, v
+    metrics = rm.scope_metrics.add().metrics
+    for name, (model, value) in gauges.items():
+        point = metrics.add(name=name).gauge.data_points.add(time_unix_nano=NOW_NS, as_double=value)
+        point.attributes.add(key="model_name").value.string_value = model
+    for name, (model, value) in counters.items():
+        metric = metrics.add(name=name)
+        metric.sum.aggregation_temporality, metric.sum.is_monotonic = 2, True
+        point = metric.sum.data_points.add(time_unix_nano=NOW_NS, as_double=value)
+        point.attributes.add(key="model_name").value.string_value = model
+    for name, (model, bounds, counts, total) in histograms.items():
+        metric = metrics.add(name=name, unit="s")
+        metric.histogram.aggregation_temporality = 2
+        point = metric.histogram.data_points.add(time_unix_nano=NOW_NS, count=sum(counts), sum=total,
+                                                 explicit_bounds=bounds, bucket_counts=counts)
+        point.attributes.add(key="model_name").value.string_value = model
+    return MessageToDict(request)
+
+
+def test_otlp_with_vllms_older_names_gives_the_rows_a_scrape_of_them_gives(asgi_server, project_with_key, endpoint):
+    """vLLM V0's names (``gpu_cache_usage_perc``, ``time_per_output_token_seconds``, swapped) and the
+    queue gauges over OTLP land as the same canonical metrics and values as the agent's scrape of them."""
+    project, key = project_with_key()
+    body = _collector_request(
+        {"service.name": "vllm", "service.instance.id": "gpu-3:8000", "host.name": "gpu-3"},
+        gauges={"vllm:gpu_cache_usage_perc": ("opt-125m", 0.42), "vllm:num_requests_swapped": ("opt-125m", 2),
+                "vllm:num_requests_running": ("opt-125m", 6), "vllm:num_requests_waiting": ("opt-125m", 11)},
+        counters={"vllm:num_preemptions_total": ("opt-125m", 9)},
+        histograms={"vllm:time_per_output_token_seconds": ("opt-125m", [0.01, 0.025, 0.05, 0.1], [0, 1, 0, 0, 0], 0.02)})
+    status, answer = _post(asgi_server.url, key, body, path="/v1/metrics")
+    assert status == 200 and not answer.get("partialSuccess", {}).get("rejectedDataPoints"), answer
+    stored = _rows(project.pk)
+    assert {(r["engine"], r["target"], r["host"], r["model"]) for r in stored} == {("vllm", "gpu-3:8000", "gpu-3", "opt-125m")}
+    got = {(r["metric"], r["le"]): r["value"] for r in stored}
+    assert got[("kv_cache_usage", 0.0)] == pytest.approx(42.0)
+    assert (got[("requests_running", 0.0)], got[("requests_waiting", 0.0)]) == (6, 11)
+    # the agent scraping the same figures from vLLM V0's /metrics (its own library's text) maps them alike
+    endpoint.text = vllm_v0_text()
+    from agent.scrape import EngineScraper
+
+    scraped = {(r["metric"], 0.0 if r.get("le") is None else (math.inf if r["le"] == "+Inf" else r["le"])): r["value"]
+               for r in EngineScraper([endpoint.url], host="h").scrape()}
+    assert {k: v for k, v in got.items() if k[0] not in ("requests_running", "requests_waiting")} == pytest.approx(scraped)
+
+
+def test_several_labelled_scrape_targets_each_keep_their_engine(asgi_server, project_with_key, endpoint):
+    """``--scrape`` given twice, each with its engine label: one agent run sends both instances'
+    samples, each under its own label and target (a label of the user's own wins over the names)."""
+    project, key = project_with_key()
+    tgi = MetricsEndpoint()
+    try:
+        tgi.text = TGI_TEXT
+        endpoint.text = vllm_v1_text(waiting=4)
+        assert cli.main(["--endpoint", asgi_server.url, "--api-key", key, "--once", "--host", "gpu-2",
+                         "--scrape", f"vllm={endpoint.url}", "--scrape", f"tgi-big={tgi.url}"], environ={}) == 0
+    finally:
+        tgi.close()
+    rows = wait_until(lambda: (r := _rows(project.pk)) and len({x["engine"] for x in r}) == 2 and r,
+                      message="both targets' samples")
+    assert {(r["engine"], r["target"]) for r in rows} == {("vllm", endpoint.url), ("tgi-big", tgi.url)}
+    waiting = {r["engine"]: r["value"] for r in rows if r["metric"] == "requests_waiting"}
+    assert waiting == {"vllm": 4, "tgi-big": 7}
