@@ -518,3 +518,48 @@ def test_several_labelled_scrape_targets_each_keep_their_engine(asgi_server, pro
     assert {(r["engine"], r["target"]) for r in rows} == {("vllm", endpoint.url), ("tgi-big", tgi.url)}
     waiting = {r["engine"]: r["value"] for r in rows if r["metric"] == "requests_waiting"}
     assert waiting == {"vllm": 4, "tgi-big": 7}
+
+
+def trtllm_text() -> str:
+    """What trtllm-serve prints (tensorrt_llm/metrics/collector.py: ``trtllm_`` names, the labels
+    ``model_name`` and ``engine_type``), through prometheus_client as it does."""
+    registry = CollectorRegistry()
+    labels = {"model_name": "qwen3-8b", "engine_type": "trtllm"}
+    for name, value in (("trtllm_num_requests_running", 9), ("trtllm_num_requests_waiting", 14),
+                        ("trtllm_kv_cache_utilization", 0.955), ("trtllm_kv_cache_used_blocks", 955)):
+        Gauge(name, name, list(labels), registry=registry).labels(**labels).set(value)
+    success = Counter("trtllm_request_success_total", "ok", [*labels, "finished_reason"], registry=registry)
+    success.labels(**labels, finished_reason="stop").inc(40)
+    success.labels(**labels, finished_reason="length").inc(2)
+    Counter("trtllm_request_error_total", "errors", [*labels, "http_code"], registry=registry).labels(
+        **labels, http_code="400").inc(3)
+    Counter("trtllm_generation_tokens_total", "out", list(labels), registry=registry).labels(**labels).inc(5000)
+    ttft = Histogram("trtllm_time_to_first_token_seconds", "ttft", list(labels), buckets=[0.1, 0.5, 1.0],
+                     registry=registry)
+    for value in (0.05, 0.3, 0.7, 2.0):
+        ttft.labels(**labels).observe(value)
+    return generate_latest(registry).decode()
+
+
+def test_tensorrt_llm_names_current_and_dynamos_older_ones(endpoint):
+    from agent.scrape import EngineScraper
+
+    endpoint.text = trtllm_text()
+    rows = EngineScraper([endpoint.url], host="h").scrape()
+    assert {(r["engine"], r["model"]) for r in rows} == {("trtllm", "qwen3-8b")}  # recognised from the names
+    metrics = _by_metric(rows)
+    assert (metrics["requests_running"][0]["value"], metrics["requests_waiting"][0]["value"]) == (9, 14)
+    assert metrics["kv_cache_usage"][0]["value"] == pytest.approx(95.5)
+    assert metrics["requests_succeeded"][0]["value"] == 42 and metrics["requests_failed"][0]["value"] == 3
+    assert metrics["generation_tokens"][0]["value"] == 5000
+    assert {r["le"]: r["value"] for r in metrics["ttft_seconds"]} == {0.1: 1, 0.5: 2, 1.0: 3, "+Inf": 4}
+    assert "kv_cache_used_blocks" not in str(metrics)
+    # older NVIDIA Dynamo releases forwarded the per-request metrics as trtllm:<name>
+    endpoint.text = ('# TYPE trtllm:e2e_request_latency_seconds histogram\n'
+                     'trtllm:e2e_request_latency_seconds_bucket{le="1.0",model_name="m"} 2\n'
+                     'trtllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 5\n'
+                     'trtllm:e2e_request_latency_seconds_sum{model_name="m"} 9.5\n'
+                     'trtllm:e2e_request_latency_seconds_count{model_name="m"} 5\n')
+    got = {(r["engine"], r["metric"], r.get("le")): r["value"] for r in EngineScraper([endpoint.url], host="h").scrape()}
+    assert got == {("trtllm", "e2e_seconds", 1.0): 2, ("trtllm", "e2e_seconds", "+Inf"): 5,
+                   ("trtllm", "e2e_seconds_sum", None): 9.5}
