@@ -3,7 +3,7 @@
 
 Samples this host (CPU, memory) and its GPUs (NVML) every interval, sends the samples to
 ``POST {endpoint}/api/v1/resources``; scrapes the inference engines' Prometheus endpoints it is
-pointed at (``--scrape``, vLLM / TGI / SGLang) in the same tick and sends their samples to
+pointed at (``--scrape``, vLLM / TGI / SGLang / TensorRT-LLM) in the same tick and sends their samples to
 ``POST {endpoint}/api/v1/engine_samples``; logs a one-line status periodically, and stops cleanly on
 SIGINT/SIGTERM after a final flush. Runs on a GPU host that has only the ``agent/`` folder,
 ``psutil``, ``nvidia-ml-py`` and ``prometheus_client``: nothing here imports Django or the server.

@@ -1,5 +1,5 @@
-"""Inference engines' own metrics (vLLM, TGI, SGLang): what they are called, and how a scrape of
-their Prometheus ``/metrics`` (or the same metrics over OTLP) becomes tracedash engine samples.
+"""Inference engines' own metrics (vLLM, TGI, SGLang, TensorRT-LLM): what they are called, and how a
+scrape of their Prometheus ``/metrics`` (or the same metrics over OTLP) becomes tracedash engine samples.
 
 Django-free and standard library only, apart from ``prometheus_client``'s text parser (the agent
 never parses the exposition format itself), so the agent on a GPU host and the server's OTLP
@@ -57,7 +57,7 @@ SUM_SUFFIX = "_sum"  # <histogram metric>_sum: the sum of the observed values, s
 # Source metric family (Prometheus name, ``_total`` stripped) -> (engine, canonical metric, scale).
 # vLLM: V1 engine names (vllm/v1/metrics/loggers.py) and the V0 ones they replaced.
 # TGI: docs "text-generation-inference/reference/metrics"; its counters have no ``_total``.
-# SGLang: sglang/srt/metrics/collector.py.
+# SGLang: sglang/srt/metrics/collector.py. TensorRT-LLM below.
 SOURCES: dict[str, tuple[str, str, float]] = {
     "vllm:num_requests_running": ("vllm", "requests_running", 1.0),
     "vllm:num_requests_waiting": ("vllm", "requests_waiting", 1.0),
@@ -91,7 +91,27 @@ SOURCES: dict[str, tuple[str, str, float]] = {
     "sglang:inter_token_latency_seconds": ("sglang", "inter_token_seconds", 1.0),
     "sglang:time_per_output_token_seconds": ("sglang", "inter_token_seconds", 1.0),
 }
-ENGINES = ("vllm", "tgi", "sglang")
+# TensorRT-LLM: trtllm-serve's Prometheus metrics (tensorrt_llm/metrics/collector.py, ``trtllm_``
+# names); older NVIDIA Dynamo releases forwarded its first five (per-request) metrics as
+# ``trtllm:<name>``.
+_TRTLLM = {
+    "num_requests_running": ("requests_running", 1.0),
+    "num_requests_waiting": ("requests_waiting", 1.0),
+    "kv_cache_utilization": ("kv_cache_usage", 100.0),  # used blocks / max blocks, a fraction 0..1
+    "request_success": ("requests_succeeded", 1.0),
+    "request_error": ("requests_failed", 1.0),  # all http_codes
+    "prompt_tokens": ("prompt_tokens", 1.0),
+    "generation_tokens": ("generation_tokens", 1.0),
+    "time_to_first_token_seconds": ("ttft_seconds", 1.0),
+    "e2e_request_latency_seconds": ("e2e_seconds", 1.0),
+    "request_queue_time_seconds": ("queue_seconds", 1.0),
+    "time_per_output_token_seconds": ("inter_token_seconds", 1.0),
+}
+_TRTLLM_DYNAMO = ("request_success", "time_to_first_token_seconds", "e2e_request_latency_seconds",
+                  "request_queue_time_seconds", "time_per_output_token_seconds")
+SOURCES.update({f"trtllm_{name}": ("trtllm", metric, scale) for name, (metric, scale) in _TRTLLM.items()})
+SOURCES.update({f"trtllm:{name}": ("trtllm", *_TRTLLM[name]) for name in _TRTLLM_DYNAMO})
+ENGINES = ("vllm", "tgi", "sglang", "trtllm")
 # Fractions: averaged over the series an engine splits them into, never added up.
 _AVERAGED = {"kv_cache_usage"}
 # The label that names the served model, per engine (TGI serves one model and does not label it).

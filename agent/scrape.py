@@ -93,8 +93,8 @@ class EngineScraper:
             log.info("scraping %r works again", target)
             target.failing = None
         if not rows and target.scrapes == 1:
-            log.warning("%r serves no metric tracedash knows (%d samples ignored): is it a vLLM, TGI or SGLang "
-                        "/metrics?", target, ignored)
+            log.warning("%r serves no metric tracedash knows (%d samples ignored): is it a vLLM, TGI, SGLang or "
+                        "TensorRT-LLM /metrics?", target, ignored)
         return rows
 
     def status(self) -> str:

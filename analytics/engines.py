@@ -1,5 +1,5 @@
-"""Reads of inference engines' metrics (``engine_samples``: vLLM, TGI, SGLang, scraped by the agent
-or sent over OTLP) — the figures the Engines page draws and the engine alert rules compare.
+"""Reads of inference engines' metrics (``engine_samples``: vLLM, TGI, SGLang, TensorRT-LLM, scraped by the
+agent or sent over OTLP) — the figures the Engines page draws and the engine alert rules compare.
 
 One engine instance is one (engine, target, model): a vLLM server serving one model at one URL.
 

@@ -204,7 +204,7 @@ def _engines_panel(project_id: int, window: TimeWindow, engine: str) -> dict:
 
 @login_required
 def engines_page(request):
-    """Inference engines (vLLM, TGI, SGLang) of the project over time: queue, KV cache, preemptions,
+    """Inference engines (vLLM, TGI, SGLang, TensorRT-LLM) of the project over time: queue, KV cache, preemptions,
     engine-side latency beside the app-side latency of the traces, throughput."""
     window = window_from_query(request.GET, fit=_fit_to_engine_samples(request))
     engine = _engine_filter(request)

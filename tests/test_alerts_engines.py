@@ -150,3 +150,58 @@ def test_engine_default_rules_are_installed_and_migrated_into_older_projects(pro
     assert set(installed) == names
     assert installed["Engine KV cache > 90 % for 1 min"].threshold == 80
     assert installed["Engine TTFT P95 > 1000 ms"].is_default
+
+
+def _history(rule, key):
+    return list(AlertEvent.objects.filter(rule=rule, series_key=key).order_by("at").values_list("from_state", "to_state"))
+
+
+def test_the_default_waiting_rule_fires_after_a_full_minute_and_resolves(project):
+    rule = _default(project, "engine_requests_waiting")
+    assert (rule.comparator, rule.threshold, rule.for_seconds, rule.keep_firing_for_seconds) == ("gt", 10, 60, 60)
+    # 4 waiting, then 25 from 20 s on (a scrape every 10 s); exactly the threshold is not over it
+    insert([engine_row(project.pk, T0 + timedelta(seconds=s), "requests_waiting", 4) for s in (0, 10)]
+           + [engine_row(project.pk, T0 + timedelta(seconds=s), "requests_waiting", 25) for s in range(20, 100, 10)])
+    evaluate(15)
+    assert states(rule) == {KEY1: "inactive"}
+    evaluate(25)
+    assert states(rule) == {KEY1: "pending"}
+    evaluate(55)
+    assert states(rule) == {KEY1: "pending"}  # 35 s over the threshold only
+    evaluate(85)
+    assert states(rule) == {KEY1: "firing"}
+    assert AlertSeries.objects.get(rule=rule).value == 25
+    # the queue drains to the threshold itself: held firing a minute more, then resolved
+    insert([engine_row(project.pk, T0 + timedelta(seconds=s), "requests_waiting", 10) for s in range(100, 220, 10)])
+    evaluate(105)
+    assert states(rule) == {KEY1: "firing"}
+    evaluate(175)
+    assert states(rule) == {KEY1: "resolved"}
+    assert _history(rule, KEY1) == [("inactive", "pending"), ("pending", "firing"), ("firing", "resolved")]
+
+
+def test_the_default_engine_ttft_rule_fires_after_five_minutes_and_resolves(project):
+    """The default as installed (5-minute window, held 5 minutes, kept firing 1 minute): slow first
+    tokens until 480 s, fast ones after; the P95 over the window falls under 1 s only once the
+    window holds no slow request, and the alert resolves a minute after that."""
+    rule = _default(project, "engine_ttft_p95_ms")
+    assert (rule.threshold, rule.window_seconds, rule.for_seconds, rule.keep_firing_for_seconds) == (1000, 300, 300, 60)
+    rows, cumulative = [], [0, 0, 0, 0]  # buckets le 0.5, 1, 2.5, +Inf
+    for seconds in range(-30, 1000, 30):
+        if seconds > -30:  # 10 requests a scrape: in (1, 2.5] s until 480 s, under 0.5 s after
+            cumulative = [c + 10 for c in cumulative] if seconds > 480 else \
+                [cumulative[0], cumulative[1], cumulative[2] + 10, cumulative[3] + 10]
+        rows += [engine_row(project.pk, T0 + timedelta(seconds=seconds), "ttft_seconds", c, le=le)
+                 for le, c in zip((0.5, 1.0, 2.5, math.inf), cumulative)]
+    insert(rows)
+    seen = {}
+    for at in range(15, 960, 30):  # a round every 30 s
+        evaluate(at)
+        seen[at] = AlertSeries.objects.get(rule=rule).state
+    assert seen[15] == "pending" and seen[285] == "pending"  # held 270 s
+    assert seen[315] == "firing"  # held 300 s
+    assert AlertSeries.objects.get(rule=rule).value is not None
+    assert all(seen[at] == "firing" for at in range(315, 796, 30))  # slow requests in the window until 780 s, then 60 s kept
+    assert seen[855] == "resolved" and seen[945] == "resolved"
+    assert _history(rule, "engine=vllm,target=http://gpu-1:8000/metrics,model=llama") == [
+        ("inactive", "pending"), ("pending", "firing"), ("firing", "resolved")]

@@ -444,3 +444,122 @@ def test_the_embedded_sampler_scrapes_configured_and_registered_targets(project_
         assert {(r["engine"], r["target"]) for r in rows} == {("tgi", tgi.url), ("vllm", endpoint.url)}
         waiting = {r["engine"]: r["value"] for r in rows if r["metric"] == "requests_waiting"}
         assert waiting == {"tgi": 7, "vllm": 2}
+
+
+def _collector_request(resource: dict, gauges: dict, counters: dict, histograms: dict):
+    """An OTLP metrics export as an OTel Collector's Prometheus receiver builds it from a scrape:
+    the Prometheus names unchanged, the model a point attribute."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    request = ExportMetricsServiceRequest()
+    rm = request.resource_metrics.add()
+    for k, v in resource.items():
+        attr = rm.resource.attributes.add()
+        attr.key, attr.value.string_value = k, v
+    metrics = rm.scope_metrics.add().metrics
+    for name, (model, value) in gauges.items():
+        point = metrics.add(name=name).gauge.data_points.add(time_unix_nano=NOW_NS, as_double=value)
+        point.attributes.add(key="model_name").value.string_value = model
+    for name, (model, value) in counters.items():
+        metric = metrics.add(name=name)
+        metric.sum.aggregation_temporality, metric.sum.is_monotonic = 2, True
+        point = metric.sum.data_points.add(time_unix_nano=NOW_NS, as_double=value)
+        point.attributes.add(key="model_name").value.string_value = model
+    for name, (model, bounds, counts, total) in histograms.items():
+        metric = metrics.add(name=name, unit="s")
+        metric.histogram.aggregation_temporality = 2
+        point = metric.histogram.data_points.add(time_unix_nano=NOW_NS, count=sum(counts), sum=total,
+                                                 explicit_bounds=bounds, bucket_counts=counts)
+        point.attributes.add(key="model_name").value.string_value = model
+    return MessageToDict(request)
+
+
+def test_otlp_with_vllms_older_names_gives_the_rows_a_scrape_of_them_gives(asgi_server, project_with_key, endpoint):
+    """vLLM V0's names (``gpu_cache_usage_perc``, ``time_per_output_token_seconds``, swapped) and the
+    queue gauges over OTLP land as the same canonical metrics and values as the agent's scrape of them."""
+    project, key = project_with_key()
+    body = _collector_request(
+        {"service.name": "vllm", "service.instance.id": "gpu-3:8000", "host.name": "gpu-3"},
+        gauges={"vllm:gpu_cache_usage_perc": ("opt-125m", 0.42), "vllm:num_requests_swapped": ("opt-125m", 2),
+                "vllm:num_requests_running": ("opt-125m", 6), "vllm:num_requests_waiting": ("opt-125m", 11)},
+        counters={"vllm:num_preemptions_total": ("opt-125m", 9)},
+        histograms={"vllm:time_per_output_token_seconds": ("opt-125m", [0.01, 0.025, 0.05, 0.1], [0, 1, 0, 0, 0], 0.02)})
+    status, answer = _post(asgi_server.url, key, body, path="/v1/metrics")
+    assert status == 200 and not answer.get("partialSuccess", {}).get("rejectedDataPoints"), answer
+    stored = _rows(project.pk)
+    assert {(r["engine"], r["target"], r["host"], r["model"]) for r in stored} == {("vllm", "gpu-3:8000", "gpu-3", "opt-125m")}
+    got = {(r["metric"], r["le"]): r["value"] for r in stored}
+    assert got[("kv_cache_usage", 0.0)] == pytest.approx(42.0)
+    assert (got[("requests_running", 0.0)], got[("requests_waiting", 0.0)]) == (6, 11)
+    # the agent scraping the same figures from vLLM V0's /metrics (its own library's text) maps them alike
+    endpoint.text = vllm_v0_text()
+    from agent.scrape import EngineScraper
+
+    scraped = {(r["metric"], 0.0 if r.get("le") is None else (math.inf if r["le"] == "+Inf" else r["le"])): r["value"]
+               for r in EngineScraper([endpoint.url], host="h").scrape()}
+    assert {k: v for k, v in got.items() if k[0] not in ("requests_running", "requests_waiting")} == pytest.approx(scraped)
+
+
+def test_several_labelled_scrape_targets_each_keep_their_engine(asgi_server, project_with_key, endpoint):
+    """``--scrape`` given twice, each with its engine label: one agent run sends both instances'
+    samples, each under its own label and target (a label of the user's own wins over the names)."""
+    project, key = project_with_key()
+    tgi = MetricsEndpoint()
+    try:
+        tgi.text = TGI_TEXT
+        endpoint.text = vllm_v1_text(waiting=4)
+        assert cli.main(["--endpoint", asgi_server.url, "--api-key", key, "--once", "--host", "gpu-2",
+                         "--scrape", f"vllm={endpoint.url}", "--scrape", f"tgi-big={tgi.url}"], environ={}) == 0
+    finally:
+        tgi.close()
+    rows = wait_until(lambda: (r := _rows(project.pk)) and len({x["engine"] for x in r}) == 2 and r,
+                      message="both targets' samples")
+    assert {(r["engine"], r["target"]) for r in rows} == {("vllm", endpoint.url), ("tgi-big", tgi.url)}
+    waiting = {r["engine"]: r["value"] for r in rows if r["metric"] == "requests_waiting"}
+    assert waiting == {"vllm": 4, "tgi-big": 7}
+
+
+def trtllm_text() -> str:
+    """What trtllm-serve prints (tensorrt_llm/metrics/collector.py: ``trtllm_`` names, the labels
+    ``model_name`` and ``engine_type``), through prometheus_client as it does."""
+    registry = CollectorRegistry()
+    labels = {"model_name": "qwen3-8b", "engine_type": "trtllm"}
+    for name, value in (("trtllm_num_requests_running", 9), ("trtllm_num_requests_waiting", 14),
+                        ("trtllm_kv_cache_utilization", 0.955), ("trtllm_kv_cache_used_blocks", 955)):
+        Gauge(name, name, list(labels), registry=registry).labels(**labels).set(value)
+    success = Counter("trtllm_request_success_total", "ok", [*labels, "finished_reason"], registry=registry)
+    success.labels(**labels, finished_reason="stop").inc(40)
+    success.labels(**labels, finished_reason="length").inc(2)
+    Counter("trtllm_request_error_total", "errors", [*labels, "http_code"], registry=registry).labels(
+        **labels, http_code="400").inc(3)
+    Counter("trtllm_generation_tokens_total", "out", list(labels), registry=registry).labels(**labels).inc(5000)
+    ttft = Histogram("trtllm_time_to_first_token_seconds", "ttft", list(labels), buckets=[0.1, 0.5, 1.0],
+                     registry=registry)
+    for value in (0.05, 0.3, 0.7, 2.0):
+        ttft.labels(**labels).observe(value)
+    return generate_latest(registry).decode()
+
+
+def test_tensorrt_llm_names_current_and_dynamos_older_ones(endpoint):
+    from agent.scrape import EngineScraper
+
+    endpoint.text = trtllm_text()
+    rows = EngineScraper([endpoint.url], host="h").scrape()
+    assert {(r["engine"], r["model"]) for r in rows} == {("trtllm", "qwen3-8b")}  # recognised from the names
+    metrics = _by_metric(rows)
+    assert (metrics["requests_running"][0]["value"], metrics["requests_waiting"][0]["value"]) == (9, 14)
+    assert metrics["kv_cache_usage"][0]["value"] == pytest.approx(95.5)
+    assert metrics["requests_succeeded"][0]["value"] == 42 and metrics["requests_failed"][0]["value"] == 3
+    assert metrics["generation_tokens"][0]["value"] == 5000
+    assert {r["le"]: r["value"] for r in metrics["ttft_seconds"]} == {0.1: 1, 0.5: 2, 1.0: 3, "+Inf": 4}
+    assert "kv_cache_used_blocks" not in str(metrics)
+    # older NVIDIA Dynamo releases forwarded the per-request metrics as trtllm:<name>
+    endpoint.text = ('# TYPE trtllm:e2e_request_latency_seconds histogram\n'
+                     'trtllm:e2e_request_latency_seconds_bucket{le="1.0",model_name="m"} 2\n'
+                     'trtllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 5\n'
+                     'trtllm:e2e_request_latency_seconds_sum{model_name="m"} 9.5\n'
+                     'trtllm:e2e_request_latency_seconds_count{model_name="m"} 5\n')
+    got = {(r["engine"], r["metric"], r.get("le")): r["value"] for r in EngineScraper([endpoint.url], host="h").scrape()}
+    assert got == {("trtllm", "e2e_seconds", 1.0): 2, ("trtllm", "e2e_seconds", "+Inf"): 5,
+                   ("trtllm", "e2e_seconds_sum", None): 9.5}

@@ -30,9 +30,9 @@ def test_every_canonical_metric_is_a_row_with_its_kind():
 
 def test_every_source_name_is_in_the_row_of_the_metric_it_maps_to():
     rows = _catalogue_rows()
-    engine_columns = {"vllm": (3, 4), "tgi": (5,), "sglang": (6,)}
+    engine_columns = {"vllm": (3, 4), "tgi": (5,), "sglang": (6,), "trtllm": (7,)}
     for source, (engine, metric, _scale) in SOURCES.items():
         cells = [rows[metric][i] for i in engine_columns[engine]]
         assert any(re.search(rf"`{re.escape(source)}(_total)?`", c) for c in cells), (source, metric)
-    named = {family_name(n) for n in re.findall(r"`((?:vllm:|tgi_|sglang:)\w+)`", DOC)}
+    named = {family_name(n) for n in re.findall(r"`((?:vllm:|tgi_|sglang:|trtllm_|trtllm:)\w+)`", DOC)}
     assert named <= set(SOURCES), f"documented names the catalogue does not map: {sorted(named - set(SOURCES))}"

@@ -101,16 +101,22 @@ def _json(opener, url: str) -> dict:
 
 
 def _engine_moving(engines: dict) -> bool:
-    """The simulator's instance, its KV cache taking at least two values over the samples, requests running."""
+    """The simulator's instances: a KV cache taking at least two values with requests running, and
+    the queue moving — requests seen waiting, or the engine's queue-time P95 changing (its histogram
+    counts every request that waited, where the waiting gauge is only what a scrape happened to see
+    of the demo's short rushes)."""
+    kv_moving = queue_moving = False
     for instance in engines.get("instances", []):
+        if instance["engine"] != "vllm":
+            continue
         values = instance["values"]
         kv = [v for v in values["kv_cache_usage"] if v is not None]
         running = [v for v in values["requests_running"] if v is not None]
         waiting = [v for v in values["requests_waiting"] if v is not None]
-        if instance["engine"] == "vllm" and len(set(kv)) >= 2 and max(kv) > 0 and max(running, default=0) > 0 \
-                and waiting:
-            return True
-    return False
+        queue = [v for v in values["queue_p95_ms"] if v is not None]
+        kv_moving |= len(set(kv)) >= 2 and max(kv) > 0 and max(running, default=0) > 0 and bool(waiting)
+        queue_moving |= max(waiting, default=0) > 0 or len(set(queue)) >= 2
+    return kv_moving and queue_moving
 
 
 def _cache_shown(overview: dict) -> bool:
