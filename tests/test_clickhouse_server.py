@@ -264,3 +264,19 @@ def test_a_refused_login_spools_and_waits_instead_of_quarantining(server_up, dat
     wait_until(lambda: writer.spool.pending() == 0, timeout=90, message="the spool replayed with the right password")
     assert _copies(good, prefix + "/") == {f"{prefix}/{b}/{i}": 1 for b in range(2) for i in range(3)}
     good.close()
+
+
+def test_a_missing_binary_skips_with_the_install_command_and_fails_under_ci(monkeypatch):
+    import os
+    import shutil
+
+    from tests.support import clickhouse_server
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    monkeypatch.delenv("TRACEDASH_REQUIRE_SERVICES", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install -y clickhouse-server"):
+        clickhouse_server.server_binary()
+    monkeypatch.setenv("TRACEDASH_REQUIRE_SERVICES", "1")
+    with pytest.raises(pytest.fail.Exception, match="TRACEDASH_REQUIRE_SERVICES is set"):
+        clickhouse_server.server_binary()
