@@ -160,6 +160,19 @@ def test_a_refused_login_is_a_clear_error_naming_user_and_server(server_up, data
         refused.insert(TABLE, _rows("refused"), tag="tests.server.login_insert")
 
 
+def test_migrate_clickhouse_with_a_refused_login_stops_with_that_error_not_a_traceback(server_up, database):
+    from django.core.management import CommandError, call_command
+
+    refused = _store(server_up, database, password="not-the-password")
+    store_module.set_store(refused)  # the conftest fixture puts the previous one back after the test
+    with pytest.raises(CommandError) as caught:
+        call_command("migrate_clickhouse")
+    message = str(caught.value)
+    assert message.startswith(f"ClickHouse (clickhouse://{server_up.user}@127.0.0.1:{server_up.port}/{database}): ")
+    assert f"refused the login of user '{server_up.user}'" in message and "check the user and password" in message
+    assert "Stack trace" not in message and "not-the-password" not in message
+
+
 def test_a_query_past_send_receive_timeout_raises_store_timeout_and_the_store_goes_on(server_up, database):
     store = _store(server_up, database, send_receive_timeout=1)
     try:
@@ -200,7 +213,7 @@ def test_server_restarted_mid_stream_the_writer_reconnects_and_stores_each_batch
                 outcomes[batch] = writer.write(TABLE, _rows(batch), timeout=120)
                 after += seen_restart
                 n += 1
-                time.sleep(0.02)
+                time.sleep(0.05)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             failures.append(exc)
 
@@ -256,7 +269,8 @@ def test_a_refused_login_spools_and_waits_instead_of_quarantining(server_up, dat
     writer = writer_on(refused, replay_interval=0.01)
     prefix = f"login-{secrets.token_hex(3)}"
     assert writer.write(TABLE, _rows(f"{prefix}/0")) is Outcome.SPOOLED
-    wait_until(lambda: writer.stats["replay_failures"] > MAX_SEGMENT_REFUSALS, message="replays refused past the limit")
+    wait_until(lambda: writer.stats["replay_failures"] > MAX_SEGMENT_REFUSALS or writer.stats["segments_quarantined"],
+               message="replays refused past the limit")
     assert writer.stats["segments_quarantined"] == 0 and writer.spool.pending() == 1
     good = _store(server_up, database)
     store_module.set_store(good)  # the password is fixed
