@@ -42,6 +42,15 @@ def server_binary() -> str:
     pytest.skip(message)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the test process dies, even by SIGKILL (Linux),
+    so no server outlives an interrupted run."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -115,6 +124,7 @@ class ClickHouseServer:
             self.process = subprocess.Popen(
                 [self.binary, f"--config-file={self.root / 'config.xml'}"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         self._wait_ready()
 
