@@ -2,13 +2,15 @@
 
 from .backends import Result
 from .client import Store, get_store, set_store, store_from_settings
-from .errors import DataDirLocked, StoreError, StoreUnavailable
+from .errors import DataDirLocked, StoreAuthError, StoreError, StoreTimeout, StoreUnavailable
 
 __all__ = [
     "DataDirLocked",
     "Result",
     "Store",
+    "StoreAuthError",
     "StoreError",
+    "StoreTimeout",
     "StoreUnavailable",
     "get_store",
     "set_store",

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import DataDirLocked, StoreError, StoreUnavailable
+from .errors import DataDirLocked, StoreAuthError, StoreError, StoreTimeout, StoreUnavailable
 
 UTC = timezone.utc
 
@@ -400,19 +400,33 @@ class NativeBackend:
         from clickhouse_driver import errors as ch_errors
 
         settings = {"log_comment": tag, **(extra_settings or {})}
+        where = f"{self.url.host}:{self.url.port}"
         try:
             return client.execute(sql, params, settings=settings, **kwargs)
+        except TimeoutError as exc:  # socket.timeout while the query ran (connect timeouts come as NetworkError)
+            client.disconnect()
+            raise StoreTimeout(f"ClickHouse at {where} did not answer within {self.url.send_receive_timeout:g} s "
+                               "(send_receive_timeout of the ClickHouse URL)", tag=tag) from exc
         except (ch_errors.NetworkError, ch_errors.SocketTimeoutError, EOFError, OSError) as exc:
             client.disconnect()
-            raise StoreUnavailable(f"ClickHouse at {self.url.host}:{self.url.port} is unreachable: {exc}", tag=tag) from exc
+            raise StoreUnavailable(f"ClickHouse at {where} is unreachable: {exc}", tag=tag) from exc
         except ch_errors.Error as exc:
-            raise StoreError(str(exc).strip(), tag=tag, code=getattr(exc, "code", None)) from exc
+            code = getattr(exc, "code", None)
+            text = _server_message(exc)
+            if code in _AUTH_CODES:
+                client.disconnect()
+                raise StoreAuthError(f"ClickHouse at {where} refused the login of user {self.url.user!r} ({text}): "
+                                     "check the user and password of the ClickHouse URL", tag=tag, code=code) from exc
+            raise StoreError(text, tag=tag, code=code) from exc
 
     def _call(self, sql, params, tag, **kwargs):
         # Reads and DDL: one bounded retry, on network errors only (a server restart drops idle
-        # connections). Inserts never come through here: they are not resent blindly.
+        # connections). Not on a timeout (resending a slow query doubles the wait) nor a refused
+        # login. Inserts never come through here: they are not resent blindly.
         try:
             return self._execute(self._client(), sql, params, tag, **kwargs)
+        except (StoreTimeout, StoreAuthError):
+            raise
         except StoreUnavailable:
             return self._execute(self._client(), sql, params, tag, **kwargs)
 
@@ -449,6 +463,18 @@ class NativeBackend:
             client.disconnect()
         self._local = threading.local()
         return True
+
+
+# UNKNOWN_USER, WRONG_PASSWORD, REQUIRED_PASSWORD (old servers), AUTHENTICATION_FAILED (since 21.x)
+_AUTH_CODES = frozenset({192, 193, 194, 516})
+
+
+def _server_message(exc) -> str:
+    """A driver error's text without the server's C++ stack trace (clickhouse-driver appends it
+    after ". Stack trace:"): ``Code: N. DB::Exception: what went wrong``."""
+    text = str(exc).strip()
+    head, sep, _ = text.partition(". Stack trace:")
+    return " ".join((head + "." if sep else head).split())
 
 
 _TAG_SAFE = re.compile(r"[^A-Za-z0-9_.:\-]")

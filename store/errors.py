@@ -16,3 +16,13 @@ class StoreUnavailable(StoreError):
 
 class DataDirLocked(StoreError):
     """Another process holds the embedded ClickHouse data directory."""
+
+
+class StoreTimeout(StoreUnavailable):
+    """ClickHouse took the query but did not answer within the client's ``send_receive_timeout``.
+    Not retried by the store: resending a slow query would only double the wait and the load."""
+
+
+class StoreAuthError(StoreUnavailable):
+    """ClickHouse refused the login (unknown user, wrong or missing password). An outage for its
+    callers (the ingest writer spools and waits; nothing is quarantined), fixed by configuration."""

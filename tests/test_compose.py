@@ -257,3 +257,20 @@ def test_dockerfile():
     assert users and users[-1] == "tracedash", "the image must run as the non-root tracedash user"
     assert any(line.upper() == "EXPOSE 8000" for line in lines)
     assert re.search(r"ENV\s+PYTHONUNBUFFERED=1", text)
+
+
+def test_the_test_override_publishes_clickhouse_native_port_on_loopback_only(services):
+    """docker-compose.test.yml (README "Tests") lets TRACEDASH_TEST_CLICKHOUSE_URL reach the
+    stack's ClickHouse: it publishes the native port, on 127.0.0.1 only, and nothing else."""
+    override = yaml.safe_load((ROOT / "docker-compose.test.yml").read_text())
+    assert set(override) == {"services"} and set(override["services"]) == {"clickhouse"}
+    assert set(override["services"]["clickhouse"]) == {"ports"}
+    assert override["services"]["clickhouse"]["ports"] == ["127.0.0.1:19000:9000"]
+    assert "clickhouse" in services
+    readme = (ROOT / "README.md").read_text()
+    assert "docker compose -f docker-compose.yml -f docker-compose.test.yml up -d --wait clickhouse" in readme
+    url = parse_clickhouse_url("clickhouse://tracedash:tracedash@127.0.0.1:19000/tracedash_test")
+    assert f"TRACEDASH_TEST_CLICKHOUSE_URL=clickhouse://tracedash:tracedash@127.0.0.1:{url.port}/" in readme
+    # The URL's user and password are the stack's defaults.
+    env = environment(services["clickhouse"])
+    assert (expand(env["CLICKHOUSE_USER"]), expand(env["CLICKHOUSE_PASSWORD"])) == (url.user, url.password)

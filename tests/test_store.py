@@ -30,7 +30,7 @@ def backend_store(request, clickhouse_store):
     else:
         if not NATIVE_URL:
             pytest.skip("native backend: set TRACEDASH_TEST_CLICKHOUSE_URL=clickhouse://user:pass@host:9000/db "
-                        "to run against a ClickHouse server (none can run on this machine)")
+                        "to run against a modern ClickHouse server (README, Tests: the compose stack's)")
         store = Store(NativeBackend(parse_clickhouse_url(NATIVE_URL, "TRACEDASH_TEST_CLICKHOUSE_URL"),
                                     f"tracedash_t_{secrets.token_hex(4)}"))
     migrate(store, MigrationContext(retention_days=30))
