@@ -1,7 +1,6 @@
-"""What a part of the per-trace summaries costs (analytics.summary_sql): the "beneath a model call"
-rule, or (``--part dims``) the trace's short attribute values (``traces.dims``).
+"""What the "beneath a model call" rule costs the per-trace summaries (analytics.summary_sql).
 
-    .venv/bin/python bench/summary_sql.py [--spans 50000] [--rounds 15] [--part rule|dims]
+    .venv/bin/python bench/summary_sql.py [--spans 50000] [--rounds 15]
 
 Loads ``--spans`` realistic LLM spans (``bench/load_spans.py``'s generator, ~8.5 spans a trace,
 one day) into a fresh embedded store, then times the summariser's ``INSERT … SELECT`` over all of
@@ -15,9 +14,6 @@ Twice: on the data as generated (every span states its phase, as the native SDK 
 rule's work is skipped) and after marking every ``network`` and ``other`` span as a fallback one
 (as OTLP spans without GenAI attributes and native spans without a phase arrive: most traces then
 pay for it). Prints the medians and the ratio with / without, measured in the same run.
-
-``--part dims``: the statement as the summariser runs it against the same statement without
-``traces.dims`` (spans' ``dims`` not read, no fold), on the data as generated.
 """
 
 from __future__ import annotations
@@ -41,7 +37,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--part", choices=("rule", "dims"), default="rule")
     args = parser.parse_args(argv)
 
     load_spans._django()
@@ -52,14 +47,7 @@ def main(argv=None) -> int:
     print(file=sys.stderr)
     params = {"project_id": load_spans.PROJECT_ID, "prices": summary_sql.prices_json({}), "version": 1}
     with_rule = summary_sql.summary_insert_sql(trace_filter="1")
-    if args.part == "dims":
-        no_map = "CAST(map(), 'Map(String, String)')"
-        without = (with_rule.replace(summary_sql.TRACE_DIMS_SQL, no_map).replace(" v.17 AS span_dims,", "")
-                   .replace(", cache, dims), ingested_at)", ", cache), ingested_at)"))
-        labels = ("as generated (trace dims)",)
-    else:
-        without = with_rule.replace(summary_sql.EFFECTIVE_PRIORITIES_SQL, "pris AS epris")
-        labels = ("every span states its phase", "network/other spans are fallback ones")
+    without = with_rule.replace(summary_sql.EFFECTIVE_PRIORITIES_SQL, "pris AS epris")
     assert without != with_rule
 
     def run(sql: str) -> float:
@@ -69,7 +57,7 @@ def main(argv=None) -> int:
         return (time.perf_counter() - started) * 1000
 
     rows = []
-    for label in labels:
+    for label in ("every span states its phase", "network/other spans are fallback ones"):
         if rows:
             store.command("ALTER TABLE spans UPDATE phase_fallback = 1 WHERE phase IN ('network', 'other')"
                           " SETTINGS mutations_sync = 2", tag="bench.summary_sql.mark")
@@ -84,8 +72,7 @@ def main(argv=None) -> int:
     traces = store.query("SELECT count() FROM traces", tag="bench.summary_sql.count").scalar()
     info = machine()
     print(f"\nsummary statement over {args.spans:,} spans ({traces:,} traces), median of {args.rounds} interleaved runs")
-    part = "the rule" if args.part == "rule" else "trace dims"
-    print(table(["data", f"without {part} ms", f"with {part} ms", "with / without"], rows))
+    print(table(["data", "without the rule ms", "with the rule ms", "with / without"], rows))
     print(f"machine: nproc {info['nproc']}, {info['cpu_model']}, Python {info['python']}")
     return 0
 
