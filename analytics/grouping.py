@@ -72,39 +72,28 @@ class GroupedSeries:
 # read of the join.
 
 # The rule of the module docstring, shared with the Variants view (analytics.variants) and the
-# grouped alert rules (alerts.latency): a span's value of the key ('' = it carries none) is
-# ``spans.dims[key]`` (its short values, span attribute over resource attribute, filled at insert; a
-# value over store.schema.DIM_VALUE_MAX bytes does not group), and a trace's value the one on its
-# earliest span carrying the key. The summariser keeps that per trace in ``traces.dims``; the query
-# below reads it there, and takes from the spans only the traces whose summary has no ``dims``
-# (``dims_ok`` = 0: written before migration 0020, or too many keys), a read skipped when there are
-# none in the window.
+# grouped alert rules (alerts.latency): a span's value of the key ('' = it carries none), and the
+# query giving each trace carrying the key its value ``v`` (its earliest such span): one row per
+# trace, from one scan of the spans in the window's range widened for clock skew and late spans.
+# Both read ``spans.dims`` (the span's short values, span attribute over resource attribute, filled
+# at insert), never the attribute maps with their prompts; a value over
+# store.schema.DIM_VALUE_MAX characters does not group.
 SPAN_VALUE_SQL = "dims[{attr_key:String}]"
 
 
 def trace_value_sql(where: str = "", *, key: str = "attr_key", since: str = "start_ms", until: str = "end_ms",
                     unit: str = "Milli", lower: str = ">=", upper: str = "<") -> str:
-    """Each trace whose root starts in the window and that carries the key, with its value ``v``:
-    one row per trace. ``where`` (``AND …`` on ``trace_id``) narrows the traces; ``key``/``since``/
-    ``until`` name the parameters (``unit``: Milli or Nano), ``lower``/``upper`` the window's bound
-    operators."""
-    k = f"{{{key}:String}}"
-    window = (f"start_time {lower} fromUnixTimestamp64{unit}({{{since}:Int64}})"
-              f" AND start_time {upper} fromUnixTimestamp64{unit}({{{until}:Int64}})")
-    undone = f"SELECT trace_id FROM traces FINAL WHERE project_id = {{project_id:UInt64}} AND {window} AND dims_ok = 0 {where}"
-    return f"""SELECT trace_id, v FROM (
-    SELECT trace_id, dims[{k}] AS v, dims_ok FROM traces FINAL
-    WHERE project_id = {{project_id:UInt64}} AND {window} {where}
-) WHERE dims_ok = 1 AND v != ''
-UNION ALL
-SELECT trace_id, argMin(dims[{k}], (start_time, span_id)) AS v
+    """The assignment query; ``where`` (``AND …`` on the spans) narrows which traces it assigns;
+    ``key``/``since``/``until`` name the parameters (``unit``: Milli or Nano), ``lower``/``upper``
+    the window's bound operators."""
+    value = f"dims[{{{key}:String}}]"
+    return f"""SELECT trace_id, argMin({value}, start_time) AS v
     FROM spans
     WHERE project_id = {{project_id:UInt64}}
       AND start_time {lower} fromUnixTimestamp64{unit}({{{since}:Int64}}) - toIntervalMinute(5)
       AND start_time {upper} fromUnixTimestamp64{unit}({{{until}:Int64}}) + toIntervalHour(1)
-      AND mapContains(dims, {k})
-      AND trace_id IN ({undone})
-      AND (SELECT count() FROM ({undone})) > 0
+      AND mapContains(dims, {{{key}:String}})
+      {where}
     GROUP BY trace_id"""
 
 

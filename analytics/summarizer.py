@@ -33,7 +33,7 @@ from store import get_store
 from .prices import prices_for_project
 from analytics import summary_sql
 
-from analytics.trace_math import PHASES, Tree, trace_dims, trace_summarize
+from analytics.trace_math import PHASES, Tree, trace_summarize
 
 log = logging.getLogger("tracedash.summarizer")
 
@@ -141,8 +141,6 @@ def trace_row(*, project_id: int, trace_id: str, spans: list[dict], prices, vers
         "model_cost_usd": {m: v[2] for m, v in summary.by_model.items() if v[2]},
         "cache": summary.cache,
     }
-    row["dims"], dims_ok = trace_dims(values)
-    row["dims_ok"] = int(dims_ok)
     for phase in PHASES:
         row[f"{phase}_ns"] = int(summary.phase_ns.get(phase, 0))
     return row

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from analytics.trace_math import INHERIT_DEPTH, MAX_TRACE_DIMS
+from analytics.trace_math import INHERIT_DEPTH
 
 PHASES = ("network", "preprocess", "inference", "postprocess", "other")
 _PRIORITY = {"inference": 5, "network": 4, "preprocess": 3, "postprocess": 2, "other": 1}
@@ -43,7 +43,7 @@ COLUMNS = (
     "model", "services", "models", "phases", "status", "error_message", "ttft_ns", "tpot_ns", "input_tokens",
     "output_tokens", "cost_usd", "cost_estimated", "span_count", "network_ns", "preprocess_ns", "inference_ns",
     "postprocess_ns", "other_ns", "version", "error_spans", "model_input_tokens", "model_output_tokens",
-    "model_cost_usd", "spans_digest", "loadtest", "cache", "dims", "dims_ok",
+    "model_cost_usd", "spans_digest", "loadtest", "cache",
 )
 
 
@@ -76,14 +76,6 @@ _KNOWN_PHASES = ", ".join(f"'{name}'" for name in PHASES)
 # new price table changes it too.
 DIGEST_SQL = "sum(cityHash64(span_id, ingested_at))"
 _PRICES_HASH = "cityHash64({prices:String})"
-
-
-# The trace's ``dims``: each key's value on its earliest span (by start, then span id) carrying it
-# (trace_math.trace_dims): the spans' maps in that order, folded so an earlier span's value is never
-# replaced. A trace whose spans carry more than MAX_TRACE_DIMS keys keeps none (``dims_ok`` 0): its
-# readers take the values from its spans instead.
-TRACE_DIMS_SQL = ("arrayFold((acc, x) -> mapUpdate(CAST(x.3, 'Map(String, String)'), acc),"
-                  " arraySort(x -> (x.1, x.2), groupArray((st, sid, span_dims))), CAST(map(), 'Map(String, String)'))")
 
 
 def _effective_priorities() -> str:
@@ -166,9 +158,7 @@ SELECT
     mapFilter((k, v) -> v != 0, mapFromArrays(if(calls_have_tokens, call_out_by.1, all_out_by.1),
                                               if(calls_have_tokens, call_out_by.2, all_out_by.2))) AS model_output_tokens,
     mapFilter((k, v) -> v != 0, mapFromArrays(cost_by.1, cost_by.2)) AS model_cost_usd,
-    digest + {_PRICES_HASH} AS spans_digest, toUInt8(loadtest) AS loadtest, toUInt8(cache_max) AS cache,
-    if(length(trace_dims) <= {MAX_TRACE_DIMS}, trace_dims, CAST(map(), 'Map(String, String)')) AS dims,
-    toUInt8(length(trace_dims) <= {MAX_TRACE_DIMS}) AS dims_ok
+    digest + {_PRICES_HASH} AS spans_digest, toUInt8(loadtest) AS loadtest, toUInt8(cache_max) AS cache
 FROM (
     SELECT *, {levels}
     FROM (
@@ -239,14 +229,13 @@ FROM (
             countIf(fallback = 1 AND parent != '') > 0 AS fallback_children,
             sum(h) AS digest,
             max(loadtest_run_id != '') AS loadtest,
-            max(cache_state) AS cache_max,
-            {TRACE_DIMS_SQL} AS trace_dims
+            max(cache_state) AS cache_max
         FROM (
             SELECT trace_id, toString(span_id) AS sid, v.1 AS parent, v.2 AS name, v.3 AS raw_phase,
                 if(raw_phase IN ({_KNOWN_PHASES}), raw_phase, 'other') AS ph, v.4 AS service, v.5 AS model,
                 toInt64(toUnixTimestamp64Nano(v.6)) AS st, toInt64(v.7) AS dur, st + dur AS en,
                 v.8 AS status, v.9 AS status_message, v.10 AS ttft, ifNull(v.11, 0) AS input_tokens, ifNull(v.12, 0) AS output_tokens, v.14 AS loadtest_run_id,
-                v.15 AS fallback, v.16 AS cache_state, v.17 AS span_dims,
+                v.15 AS fallback, v.16 AS cache_state,
                 JSONExtract({{prices:String}}, 'Map(String, Array(Float64))') AS price_map,
                 mapContains(price_map, toString(model)) AND (input_tokens > 0 OR output_tokens > 0) AS priced,
                 if(v.13 IS NOT NULL, v.13,
@@ -257,7 +246,7 @@ FROM (
             FROM (
                 SELECT trace_id, span_id,
                     argMax((parent_span_id, name, phase, service, model, start_time, duration_ns, status, status_message,
-                            ttft_ns, input_tokens, output_tokens, cost_usd, loadtest_run_id, phase_fallback, cache, dims), ingested_at) AS v,
+                            ttft_ns, input_tokens, output_tokens, cost_usd, loadtest_run_id, phase_fallback, cache), ingested_at) AS v,
                     {DIGEST_SQL} AS h
                 FROM spans
                 WHERE {_spans_where(trace_filter, span_filter)}

@@ -13,8 +13,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from store.schema import DIM_VALUE_MAX  # the longest value in ``spans.dims`` (bytes, as ClickHouse's length())
-
 PHASES = ("network", "preprocess", "inference", "postprocess", "other")
 # Where spans of different phases run in parallel (siblings), an instant is attributed to one phase
 # only, so phase times never add up to more than E2E; the model call wins, then the network.
@@ -54,32 +52,6 @@ def dedupe(spans: Iterable[Span]) -> list[Span]:
     for span in spans:
         by_id[str(span["span_id"])] = span
     return list(by_id.values())
-
-
-MAX_TRACE_DIMS = 128  # a trace whose spans carry more keys keeps no ``dims`` (analytics.summary_sql)
-
-
-def span_dims(span: Span) -> dict[str, str]:
-    """A span's short attribute values (``spans.dims``): its ``dims`` when read from the store,
-    else computed from its attribute maps as ClickHouse fills the column: span attribute over
-    resource attribute, empty values and values over DIM_VALUE_MAX bytes left out."""
-    if span.get("dims") is not None:
-        return dict(span["dims"])
-
-    def short(values) -> dict[str, str]:
-        return {k: v for k, v in dict(values or {}).items() if v != "" and len(str(v).encode()) <= DIM_VALUE_MAX}
-
-    return {**short(span.get("resource_attributes")), **short(span.get("attributes"))}
-
-
-def trace_dims(spans: Iterable[Span]) -> tuple[dict[str, str], bool]:
-    """``traces.dims`` and ``dims_ok``: each key's value on the earliest span (start, then span id)
-    carrying it; none, and False, when the spans carry more than MAX_TRACE_DIMS keys."""
-    dims: dict[str, str] = {}
-    for span in sorted(spans, key=lambda s: (_start(s), str(s["span_id"]))):
-        for key, value in span_dims(span).items():
-            dims.setdefault(key, value)
-    return (dims, True) if len(dims) <= MAX_TRACE_DIMS else ({}, False)
 
 
 def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:

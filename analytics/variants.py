@@ -143,7 +143,7 @@ def _gpu_read(params: dict) -> dict[str, dict]:
             SELECT DISTINCT a.variant AS variant, hm.1 AS host, hm.2 AS minute
             FROM (SELECT trace_id FROM traces FINAL WHERE {_FILTER}) AS t
             INNER JOIN (
-                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, (start_time, span_id), mapContains(dims, {{attr_key:String}})) AS variant,
+                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, start_time, mapContains(dims, {{attr_key:String}})) AS variant,
                        groupUniqArrayIf((dims['host.name'], toStartOfMinute(start_time)), mapContains(dims, 'host.name')) AS hms
                 FROM spans WHERE project_id = {{project_id:UInt64}}
                         AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)

@@ -311,13 +311,6 @@ TRACES = Table(
         # (hit) when any span was answered by a cache, 1 (miss) when one consulted a cache and none
         # hit, 0 when none consulted one. Summaries written before are 0 until summarised again.
         Column("cache", "UInt8"),
-        # The trace's short attribute values (migration 0020): for each key in its spans' ``dims``,
-        # the value on its earliest span (by start, then span id) carrying it. Grouping and the
-        # Variants view read a trace's value of a key here instead of scanning its spans.
-        Column("dims", "Map(LowCardinality(String), String)", "ZSTD(1)"),
-        # 1: ``dims`` was computed; 0: a summary written before 0020 (or a seed row without it),
-        # whose value of a key the readers take from its spans (analytics.grouping).
-        Column("dims_ok", "UInt8"),
     ),
     engine="ReplacingMergeTree(version)",
     order_by="(project_id, trace_id)",
@@ -327,7 +320,6 @@ TRACES = Table(
         "idx_service service TYPE set(256) GRANULARITY 4",
     ),
     settings=f"index_granularity = 8192, {DEDUP_WINDOW}",
-    added_columns=(("dims", {}), ("dims_ok", 0)),
 )
 
 # The same summaries ordered by start time, filled by a materialized view on every insert into

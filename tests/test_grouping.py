@@ -226,22 +226,3 @@ def test_pages_say_a_bad_group_parameter_and_stay_ungrouped(client, seeded):
         assert 'id="grouped"' not in html
     costs = client.get("/costs/", {**window, "group_by": "user.tier"}).content.decode()
     assert 'id="chart-fig-group-cost"' in costs and "user.tier" in costs
-
-
-@pytest.mark.clickhouse
-def test_summaries_written_before_trace_dims_group_from_their_spans(client, seeded):
-    """Summaries from before ``traces.dims`` (``dims_ok`` 0) take their value from their spans: the
-    groups are exactly those of summaries that carry it, with half the traces of each kind."""
-    from store import get_store
-
-    store = get_store()
-    store.command("INSERT INTO traces SELECT * REPLACE (CAST(map(), 'Map(String, String)') AS dims, 0 AS dims_ok,"
-                  " version + 1 AS version) FROM traces FINAL WHERE project_id = {p:UInt64} AND cityHash64(trace_id) % 2 = 0",
-                  {"p": seeded["project"].pk}, tag="tests.grouping.old_summaries")
-    old, new = store.query("SELECT countIf(dims_ok = 0), countIf(dims_ok = 1) FROM traces FINAL WHERE project_id = {p:UInt64}",
-                           {"p": seeded["project"].pk}, tag="tests.grouping.old_summaries").rows[0]
-    assert old > 10 and new > 10
-    window = {"from": iso(seeded["start"]), "to": iso(seeded["end"]), "points": 6, "group_by": "user.tier"}
-    response = client.get("/api/v1/series/overview", window, HTTP_AUTHORIZATION=f"Bearer {seeded['key']}")
-    assert response.status_code == 200, response.content
-    _check_groups(response.json()["grouped"], seeded["expected"], 5)

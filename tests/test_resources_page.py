@@ -134,7 +134,7 @@ def trace_row(project_id, trace_id, start_ns, e2e_ms, *, version):
             "error_message": "", "ttft_ns": None, "tpot_ns": None, "input_tokens": 0, "output_tokens": 0,
             "cost_usd": None, "cost_estimated": 0, "span_count": 1, "network_ns": 0, "preprocess_ns": 0,
             "inference_ns": e2e, "postprocess_ns": 0, "other_ns": 0, "version": version, "error_spans": 0,
-            "model_input_tokens": {}, "model_output_tokens": {}, "model_cost_usd": {}, "cache": 0, "dims": {}, "dims_ok": 0}
+            "model_input_tokens": {}, "model_output_tokens": {}, "model_cost_usd": {}, "cache": 0}
 
 
 def test_page_and_json_draw_the_series_of_the_users_project_only(client, make_user, project_with_key):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from analytics import summary_sql
-from analytics.trace_math import MAX_TRACE_DIMS, PHASES, trace_dims, trace_summarize
+from analytics.trace_math import PHASES, trace_summarize
 from store import get_store
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
@@ -22,10 +22,6 @@ PRICES = {"m1": (0.5, 1.5), "": (2.0, 4.0)}
 BASE_NS = None  # set per run: now - 1 h (rows older than the retention would be dropped)
 
 _span_id = st.integers(min_value=1, max_value=2**64 - 1).map(lambda n: f"{n:016x}")
-
-
-_attributes = st.dictionaries(st.sampled_from(["tier", "host.name", "llm.quantization"]),
-                              st.sampled_from(["", "a", "b", "é" * 129, "y" * 256, "x" * 257]), max_size=3)
 
 
 @st.composite
@@ -64,9 +60,6 @@ def a_trace(draw):
             "input_tokens": draw(st.sampled_from([None, 0, 0, 1, 17, 812])),
             "output_tokens": draw(st.sampled_from([None, 0, 1, 2, 164])),
             "cost_usd": draw(st.one_of(st.none(), st.none(), st.floats(0, 0.05, allow_nan=False))),
-            # short values group (the trace's earliest span's wins); empty and over-long ones do not
-            "attributes": draw(_attributes),
-            "resource_attributes": draw(_attributes),
         })
     resend = draw(st.lists(st.sampled_from(ids), max_size=3))  # copies sent again, unchanged
     return spans, resend
@@ -80,8 +73,7 @@ def _row(project_id, trace_id, span, base_ns):
         "service": span["service"], "model": span["model"], "start_time": base_ns + span["start_ns"],
         "duration_ns": span["duration_ns"], "status": span["status"], "status_message": span["status_message"],
         "ttft_ns": span["ttft_ns"], "input_tokens": span["input_tokens"], "output_tokens": span["output_tokens"],
-        "cost_usd": span["cost_usd"], "attributes": span.get("attributes", {}),
-        "resource_attributes": span.get("resource_attributes", {}), "event_times": [],
+        "cost_usd": span["cost_usd"], "attributes": {}, "resource_attributes": {}, "event_times": [],
         "event_names": [], "event_attributes": [],
     }
 
@@ -107,8 +99,6 @@ def expected(spans, base_ns):
         "model_cost_usd": {m: v[2] for m, v in summary.by_model.items() if v[2]},
         "cache": summary.cache,
     }
-    figures["dims"], dims_ok = trace_dims(shifted)
-    figures["dims_ok"] = int(dims_ok)
     figures.update({f"{phase}_ns": summary.phase_ns[phase] for phase in PHASES})
     return figures
 
@@ -135,8 +125,6 @@ def assert_same(want, got, trace_id):
             assert _close(value, have), (trace_id, name, value, have)
         elif name == "model_cost_usd":
             assert set(value) == set(have) and all(_close(value[m], have[m]) for m in value), (trace_id, name, value, have)
-        elif name == "dims":
-            assert value == dict(have), (trace_id, name, value, have)
         elif isinstance(value, dict):
             assert value == {k: int(v) for k, v in have.items()}, (trace_id, name, value, have)
         else:
@@ -256,21 +244,3 @@ def test_a_fallback_span_beneath_a_model_call_is_inference_even_when_it_arrives_
     row = computed([trace_id])[trace_id]
     assert_same(expected([root, call, http, connect, stated], base_ns), row, trace_id)
     assert row["inference_ns"] == 800_000 - 30_000 and row["network_ns"] == 30_000 and row["other_ns"] == 200_000
-
-
-def test_a_trace_with_too_many_keys_keeps_no_dims():
-    """Spans carrying more than MAX_TRACE_DIMS keys in all: the summary keeps none (``dims_ok`` 0),
-    as the reference says, so the readers take its values from its spans."""
-    import time
-
-    base = time.time_ns() - 3600 * 10**9
-    spans = [{"span_id": f"{i + 1:016x}", "parent_span_id": "" if i == 0 else f"{1:016x}", "name": "s",
-              "phase": "inference", "service": "api", "model": "m1", "start_ns": i * 1000, "duration_ns": 10_000,
-              "status": "ok", "status_message": "", "ttft_ns": None, "input_tokens": None, "output_tokens": None,
-              "cost_usd": None, "attributes": {f"k{i}.{j}": "v" for j in range(40)}} for i in range(4)]
-    trace_id = f"{next(_counter):032x}"
-    get_store().insert("spans", [_row(PROJECT, trace_id, s, base) for s in spans], tag="tests.summary_sql")
-    summarize_sql([trace_id])
-    got = computed([trace_id])[trace_id]
-    assert 4 * 40 > MAX_TRACE_DIMS and trace_dims([dict(s, start_ns=base + s["start_ns"]) for s in spans]) == ({}, False)
-    assert (dict(got["dims"]), got["dims_ok"]) == ({}, 0)

@@ -31,7 +31,7 @@ def summarise(trace_id: str, *, project_id: int) -> dict:
     ``trace_row`` (and the project's price table)."""
     store = get_store()
     spans = store.query(
-        f"SELECT {SPAN_FIELDS_SQL}, dims FROM spans WHERE project_id = {{p:UInt64}} AND trace_id = {{t:FixedString(32)}}"
+        f"SELECT {SPAN_FIELDS_SQL} FROM spans WHERE project_id = {{p:UInt64}} AND trace_id = {{t:FixedString(32)}}"
         " ORDER BY ingested_at DESC LIMIT 1 BY span_id",
         {"p": project_id, "t": trace_id}, tag="tests.trace_seed.read").dicts()
     row = trace_row(project_id=project_id, trace_id=trace_id, spans=spans,

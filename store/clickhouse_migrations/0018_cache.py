@@ -14,9 +14,7 @@ created again with the new one.
 
 from store.schema import SPANS, TRACES, TRACES_BY_START
 
-# The columns of its time (up to ``cache``): later migrations add more and create the view again.
-_NAMES = [c.name for c in TRACES.columns]
-ALL_COLUMNS = ", ".join(f"`{name}`" for name in _NAMES[:_NAMES.index("cache") + 1])
+ALL_COLUMNS = ", ".join(f"`{c.name}`" for c in TRACES.columns)
 
 
 def _ddl(table, name: str) -> str:
