@@ -23,7 +23,7 @@ from datetime import datetime
 
 from store import get_store
 
-from .panel_selectors import _FILTER, _params
+from .panel_selectors import _params, window_requests_sql
 from .selectors import bucket_seconds, bucket_times
 
 MAX_KEY = 256
@@ -115,13 +115,14 @@ FROM (
             SELECT toInt64(intDiv(toUnixTimestamp64Milli(t.start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}}) AS bucket_ms,
                    t.e2e_ns AS e2e_ns, t.status AS status, t.cost_usd AS cost_usd, tv.v AS v, tv.has AS has,
                    count() OVER (PARTITION BY tv.has, tv.v) AS vn
-            FROM (SELECT trace_id, start_time, e2e_ns, status, cost_usd FROM traces FINAL WHERE {filter}) AS t
+            FROM ({requests}) AS t
             LEFT JOIN tv ON t.trace_id = tv.trace_id
         )
     )
 )
 GROUP BY GROUPING SETS ((bucket_ms, kind, label), (kind, label))
-""".format(filter=_FILTER, none=KIND_NONE, value=KIND_VALUE, other=KIND_OTHER).replace(
+""".format(requests=window_requests_sql("trace_id, start_time, e2e_ns, status, cost_usd"),
+           none=KIND_NONE, value=KIND_VALUE, other=KIND_OTHER).replace(
     "{trace_value}", TRACE_VALUE_SQL)
 
 

@@ -24,7 +24,7 @@ from store import get_store
 
 from . import significance as sig
 from .grouping import SPAN_VALUE_SQL, trace_value_sql
-from .panel_selectors import _FILTER, _params, reads_concurrently
+from .panel_selectors import _params, reads_concurrently, window_requests_sql
 
 DEFAULT_KEY = "llm.quantization"
 DEFAULT_TOP = 4
@@ -32,9 +32,9 @@ MAX_VALUES = 8
 SAMPLE_CAP = 20_000  # per-trace values per variant read for a bootstrap (groupArraySample, seeded)
 SAMPLE_SEED = 17
 
-# The trace ids of the window's requests (any stored version matching the filter: a superset of the
-# requests, cheap, no attribute read), to prefilter the scores and spans the reads join to.
-_WINDOW_TRACE_IDS = f"SELECT trace_id FROM traces WHERE {_FILTER}"
+# The trace ids of the window's requests (from traces_by_start: panel_selectors.window_requests_sql),
+# to prefilter the scores and spans the reads join to.
+_WINDOW_TRACE_IDS = window_requests_sql("trace_id")
 # Those of them with a score (any version): the only traces the scores read needs assigned.
 _SCORED_TRACE_IDS = (f"SELECT trace_id FROM scores WHERE project_id = {{project_id:UInt64}}"
                      f" AND trace_id IN ({_WINDOW_TRACE_IDS})")
@@ -48,10 +48,10 @@ def _assigned(where: str = "") -> str:
 
 # The window's requests with their variant (only the chosen values).
 _VARIANT_TRACES_TEMPLATE = """SELECT t.*, a.variant AS variant
-    FROM (SELECT trace_id, start_time, e2e_ns, status, ttft_ns, tpot_ns, output_tokens, cost_usd
-          FROM traces FINAL WHERE __FILTER__) AS t
+    FROM (__REQUESTS__) AS t
     INNER JOIN (__ASSIGNED__) AS a ON t.trace_id = a.trace_id
-    WHERE a.variant IN (__VALUES__)""".replace("__FILTER__", _FILTER)
+    WHERE a.variant IN (__VALUES__)""".replace(
+    "__REQUESTS__", window_requests_sql("trace_id, start_time, e2e_ns, status, ttft_ns, tpot_ns, output_tokens, cost_usd"))
 
 
 def _values(n: int) -> str:
@@ -74,7 +74,7 @@ def _p(project_id: int, start: datetime, end: datetime, service: str, model: str
 def top_values(*, project_id: int, start: datetime, end: datetime, key: str, service: str = "", model: str = "",
                limit: int = DEFAULT_TOP) -> list[str]:
     """The key's values by requests in the window, most first (the default choice)."""
-    sql = (f"SELECT a.variant AS variant, count() AS n FROM (SELECT trace_id FROM traces FINAL WHERE {_FILTER}) AS t"
+    sql = (f"SELECT a.variant AS variant, count() AS n FROM ({_WINDOW_TRACE_IDS}) AS t"
            f" INNER JOIN ({_assigned()}) AS a ON t.trace_id = a.trace_id"
            " GROUP BY variant ORDER BY n DESC, variant LIMIT {limit:UInt32}")
     rows = get_store().query(sql, _p(project_id, start, end, service, model, key, limit=limit),
@@ -141,7 +141,7 @@ def _gpu_read(params: dict) -> dict[str, dict]:
     # is read when the window holds no GPU sample (nothing to join to).
     sql = f"""WITH served AS (
             SELECT DISTINCT a.variant AS variant, hm.1 AS host, hm.2 AS minute
-            FROM (SELECT trace_id FROM traces FINAL WHERE {_FILTER}) AS t
+            FROM ({_WINDOW_TRACE_IDS}) AS t
             INNER JOIN (
                 SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, start_time, mapContains(dims, {{attr_key:String}})) AS variant,
                        groupUniqArrayIf((dims['host.name'], toStartOfMinute(start_time)), mapContains(dims, 'host.name')) AS hms

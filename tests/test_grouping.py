@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from analytics import rollup_services, summarizer
+from analytics import grouping, rollup_services, summarizer
 from tests.rollup_support import insert_spans, random_trace
 
 pytestmark = [pytest.mark.django_db]
@@ -226,3 +226,30 @@ def test_pages_say_a_bad_group_parameter_and_stay_ungrouped(client, seeded):
         assert 'id="grouped"' not in html
     costs = client.get("/costs/", {**window, "group_by": "user.tier"}).content.decode()
     assert 'id="chart-fig-group-cost"' in costs and "user.tier" in costs
+
+
+@pytest.mark.clickhouse
+def test_a_summary_whose_start_moved_counts_once_under_its_latest_start(project_with_key):
+    """``traces_by_start`` keeps a summary under each start it had (a longer root arrived later):
+    a grouped read counts the trace once, in the window of its latest summary's start only."""
+    from store import get_store
+    from tests.explorer_seed import span_rows, summary_row
+
+    project, _ = project_with_key()
+    start = (time.time_ns() - 3 * 3600 * NS) // (60 * NS) * 60 * NS
+    spans = random_trace(random.Random(3), start_ns=start + 40 * 60 * NS)
+    spans[0]["attributes"] = {"user.tier": "pro"}
+    rows = span_rows(project_id=project.pk, spans=spans)
+    get_store().insert("spans", rows, tag="tests.grouping.moved")
+    latest = summary_row(project_id=project.pk, rows=rows, version=2)
+    stale = dict(latest, version=1, start_time=latest["start_time"] - 30 * 60 * NS)  # 10 min past `start`
+    get_store().insert("traces", [stale, latest], tag="tests.grouping.moved")
+
+    def requests(lo_min: int, hi_min: int) -> dict:
+        series = grouping.grouped_series(project_id=project.pk, start=datetime.fromtimestamp((start + lo_min * 60 * NS) / NS, tz=timezone.utc),
+                                         end=datetime.fromtimestamp((start + hi_min * 60 * NS) / NS, tz=timezone.utc), key="user.tier")
+        return {g.value: g.requests for g in series.groups}
+
+    assert requests(0, 60) == {"pro": 1}  # both starts inside: once
+    assert requests(0, 30) == {}  # only the stale start inside: not counted
+    assert requests(30, 60) == {"pro": 1}
