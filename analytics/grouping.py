@@ -87,7 +87,7 @@ def trace_value_sql(where: str = "", *, key: str = "attr_key", since: str = "sta
     ``key``/``since``/``until`` name the parameters (``unit``: Milli or Nano), ``lower``/``upper``
     the window's bound operators."""
     value = f"dims[{{{key}:String}}]"
-    return f"""SELECT trace_id, argMin({value}, start_time) AS v
+    return f"""SELECT trace_id, argMin({value}, (start_time, span_id)) AS v
     FROM spans
     WHERE project_id = {{project_id:UInt64}}
       AND start_time {lower} fromUnixTimestamp64{unit}({{{since}:Int64}}) - toIntervalMinute(5)

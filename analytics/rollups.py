@@ -553,8 +553,10 @@ def compare_models(*, project_id: int, start: datetime, end: datetime, model_a: 
                          window_stats(project_id=project_id, start=start, end=end, service=service, model=model_b))
 
 
-# Traces that carry attribute ``key`` = value_a or value_b on any span (a release, a variant),
-# joined once with their summaries (newest version first: several times cheaper than traces FINAL),
+# Traces that carry attribute ``key`` = value_a or value_b on any span, as a span or resource
+# attribute (``spans.dims``: a release, a variant), joined once with their summaries (from
+# traces_by_start, each trace's newest among those starting within an hour of the window, as
+# panel_selectors.window_requests_sql),
 # and per side the window's figures; percentiles as the rollups give them (nearest rank, to 0.5 %).
 def _nearest_rank_sql(name: str, column: str, condition: str = "") -> str:
     """Nearest-rank quantiles as histogram keys, the same log buckets as the rollups (within 0.5 %):
@@ -568,12 +570,12 @@ def _nearest_rank_sql(name: str, column: str, condition: str = "") -> str:
 
 _ATTRIBUTE_SQL = f"""
 WITH tagged AS (
-    SELECT trace_id, min(attributes[{{key:String}}]) AS side
+    SELECT trace_id, min(dims[{{key:String}}]) AS side
     FROM spans
     WHERE project_id = {{project_id:UInt64}}
       AND start_time >= fromUnixTimestamp64Nano({{start_ns:Int64}}) - toIntervalMinute(5)
       AND start_time < fromUnixTimestamp64Nano({{end_ns:Int64}}) + toIntervalHour(1)
-      AND attributes[{{key:String}}] IN ({{value_a:String}}, {{value_b:String}})
+      AND dims[{{key:String}}] IN ({{value_a:String}}, {{value_b:String}})
     GROUP BY trace_id
 )
 SELECT side,
@@ -591,8 +593,10 @@ FROM (
     FROM (
         SELECT trace_id, start_time, service, model, has_root, status, error_spans, e2e_ns, input_tokens, output_tokens, cost_usd,
                cost_estimated, ttft_ns, tpot_ns, {", ".join(f"{p}_ns" for p in PHASES)}, version
-        FROM traces
+        FROM traces_by_start
         WHERE project_id = {{project_id:UInt64}}
+          AND start_time >= fromUnixTimestamp64Nano({{start_ns:Int64}}) - toIntervalHour(1)
+          AND start_time < fromUnixTimestamp64Nano({{end_ns:Int64}}) + toIntervalHour(1)
     ) AS t
     INNER JOIN tagged USING trace_id
     ORDER BY version DESC
@@ -611,8 +615,8 @@ def _side_ms(r: dict, name: str) -> dict[float, float | None]:
 
 def compare_attribute(*, project_id: int, start: datetime, end: datetime, key: str, value_a: str, value_b: str,
                       service: str = "", model: str = "") -> Comparison:
-    """Two values of a span attribute (two releases, two variants) over the same window: a trace
-    is on a side when any of its spans carries ``key`` = that value. The rollups keep no
+    """Two values of a span or resource attribute (two releases, two variants) over the same window:
+    a trace is on a side when any of its spans carries ``key`` = that value. The rollups keep no
     attributes, so this reads the spans of the window and the summaries of the traces found."""
     seconds = (end - start).total_seconds()
     rows = {r["side"]: r for r in get_store().query(_ATTRIBUTE_SQL, {

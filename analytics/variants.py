@@ -4,7 +4,7 @@ window, each figure with its difference from the first value (the baseline) and 
 
 Which trace belongs to a value: a trace carrying the key on any span (span attribute, or resource
 attribute such as ``service.version``) belongs to the value of its *earliest* span carrying it
-(``argMin(value, start_time)``), so a trace whose spans carry two values counts once, under the
+(``argMin(value, (start_time, span_id))``: ties by span id), so a trace whose spans carry two values counts once, under the
 first. Requests are the window's traces with a root (DOMAIN.md), their status the root's.
 
 Round trips: ``top_values`` (the default values, when none are given), ``key_suggestions``, then
@@ -143,7 +143,7 @@ def _gpu_read(params: dict) -> dict[str, dict]:
             SELECT DISTINCT a.variant AS variant, hm.1 AS host, hm.2 AS minute
             FROM ({_WINDOW_TRACE_IDS}) AS t
             INNER JOIN (
-                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, start_time, mapContains(dims, {{attr_key:String}})) AS variant,
+                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, (start_time, span_id), mapContains(dims, {{attr_key:String}})) AS variant,
                        groupUniqArrayIf((dims['host.name'], toStartOfMinute(start_time)), mapContains(dims, 'host.name')) AS hms
                 FROM spans WHERE project_id = {{project_id:UInt64}}
                         AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
