@@ -67,7 +67,7 @@ class IngestWriter:
         self._replay_wakeup = threading.Event()
         self._stopping = False
         self.stats = {"batches": 0, "rows_stored": 0, "rows_spooled": 0, "segments_replayed": 0, "replay_inserts": 0,
-                      "replay_failures": 0, "segments_quarantined": 0}
+                      "replay_rounds": 0, "replay_failures": 0, "segments_quarantined": 0}
         self._refusals: dict = {}
         self._threads = [
             threading.Thread(target=self._write_loop, name="tracedash-writer", daemon=True),
@@ -172,6 +172,7 @@ class IngestWriter:
             ok = all(self.replay(spool) for spool in spools)
             for spool in spools[1:]:
                 spool.release()
+            self.stats["replay_rounds"] += 1
             backoff = self.replay_interval if ok else min(backoff * 2, 30.0)
             self._replay_wakeup.wait(backoff)
             self._replay_wakeup.clear()
