@@ -62,14 +62,14 @@ class IngestWriter:
         self._busy = False  # the last batch grouped several requests: more are likely on the way
         self.max_queued_rows = max_queued_rows
         self.replay_interval = replay_interval
-        # The writer thread replays the spool itself when at most ``tail_bytes`` are left and the
-        # last insert reached ClickHouse (never during an outage) and no segment is being refused
-        # (those are counted by the replayer's rounds, with its backoff); it waits up to ``tail_wait`` s
-        # for the replayer's round in progress.
+        # The writer thread replays the spool itself when at most ``tail_bytes`` are left, the last
+        # insert reached ClickHouse (never during an outage) and no segment is being refused (those
+        # are counted by the replayer's rounds, with its backoff); it waits up to ``tail_wait`` s for
+        # the replayer's round in progress.
         self.tail_bytes = tail_bytes
+        self.tail_wait = tail_wait
         # At most this many rows per replay insert (0: one segment per insert, as before groups).
         self.replay_group_rows = max_batch_rows if replay_group_rows is None else replay_group_rows
-        self.tail_wait = tail_wait
         self._store_ok = True
         self._queue: deque[_Request] = deque()
         self._queued_rows = 0
@@ -212,8 +212,8 @@ class IngestWriter:
         Consecutive segments of one table that were never sent directly go in one insert (a replay
         group of at most ``replay_group_rows`` rows, by default ``max_batch_rows``, fixed by a
         manifest so that a retry re-sends the same rows with the same token: see ``ingest.spool``);
-        so the replay drains many segments per insert and keeps up with traffic arriving meanwhile. A group ClickHouse refuses as
-        data is replayed segment by segment, which finds the bad one.
+        so the replay drains many segments per insert and keeps up with traffic arriving meanwhile.
+        A group ClickHouse refuses as data is replayed segment by segment, which finds the bad one.
 
         A segment ClickHouse keeps refusing while it is reachable (not an outage: the data itself)
         would block every later one forever; after ``MAX_SEGMENT_REFUSALS`` it is moved aside to
