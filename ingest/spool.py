@@ -257,15 +257,19 @@ def _try_lock(directory: Path):
 
 def _write_durably(directory: Path, final: Path, data: bytes) -> None:
     temporary = final.with_name(final.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(temporary, final)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, final)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
     _fsync_dir(directory)
 
 

@@ -255,7 +255,15 @@ class IngestWriter:
                 if not self._replay_alone(spool, members):
                     return False
                 continue
-            outcome = self._replay_group(spool, spool.fix_group(members))
+            try:
+                group = spool.fix_group(members)
+            except OSError as exc:  # no room for the manifest (a full disk): one segment per insert
+                log.warning("cannot write a replay group's manifest (%s); replaying %d segments one by one", exc,
+                            len(members))
+                if not self._replay_alone(spool, members):
+                    return False
+                continue
+            outcome = self._replay_group(spool, group)
             if outcome is False or (outcome is None and not self._replay_alone(spool, members)):
                 return False
         return True

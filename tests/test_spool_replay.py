@@ -207,3 +207,42 @@ def test_a_batch_tried_once_is_replayed_alone_with_its_own_token(tmp_path, proje
     finally:
         writer.stop()
     assert stored_rows(project.pk) == len(tried) + sum(map(len, never_sent))
+
+
+def test_no_room_for_a_group_manifest_replays_one_segment_per_insert(tmp_path, project_with_key):
+    """ClickHouse is back but the spool's disk is full (the outage filled it): the replay cannot
+    write a group's manifest, so it sends each segment alone with its own token and frees the space."""
+    import errno
+    import os
+    import subprocess
+
+    project, _ = project_with_key()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        spool = Spool(disk / "slot-0", max_bytes=10**8)
+        writer = idle_writer(spool)
+        batches = [rows_for(project.pk) for _ in range(3)]
+        for n, rows in enumerate(batches):
+            spool.append("spans", f"full-disk-{n}", rows, solo=False)
+        fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)  # the rest of the disk
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        try:
+            assert writer.replay(spool) is True and spool.pending() == 0
+            assert writer.stats["replay_inserts"] == 3
+        finally:
+            writer.stop()
+        assert not [p.name for p in (disk / "slot-0").iterdir() if p.suffix in (".grp", ".tmp", ".seg")]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+    assert stored_rows(project.pk) == sum(map(len, batches))
