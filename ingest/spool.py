@@ -6,11 +6,25 @@ whose owner died. A segment is one write batch: ``<sequence>.seg``, msgpack of
 ``{"table", "token", "rows"}``, written to a temporary name, fsync'd, renamed into place and the
 directory fsync'd, so after a crash a segment is either whole or absent. The token is the batch's
 ``insert_deduplication_token``: replaying a segment that ClickHouse already took stores nothing twice.
+
+Replay groups. Replaying one segment per insert drains at the rate of inserts, which steady traffic
+can outrun; so consecutive segments of one table are replayed together, up to a row limit, as one
+insert (a *group*). Before the insert a manifest ``<first sequence>.grp`` (the segment names and the
+group's token, fsync'd like a segment) fixes the group, so a retry after a failure or a crash
+re-sends exactly the same rows with the same token, whatever arrived meanwhile. Once ClickHouse took
+the group, the manifest is renamed to ``.done`` (atomic), then the segments are deleted, then the
+``.done``; a ``.done`` found when a spool opens means its segments were stored and are deleted
+first, so a crash part-way through the deletions never re-sends a subset under a new token.
+
+A segment whose batch the writer already tried to insert directly (``solo``) is always replayed
+alone with its own token: that first try may have been stored (a timeout after the commit), and only
+the same token dedups it.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import fcntl
 import os
 import threading
@@ -36,6 +50,23 @@ class Segment:
     table: str
     token: str
     rows: list
+    solo: bool = True  # replayed alone, with its own token (its batch was tried directly once)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Segments replayed as one insert under one token, fixed by an fsync'd manifest."""
+
+    manifest: Path
+    table: str
+    token: str
+    segments: list  # [Segment], oldest first
+
+
+def group_token(tokens: list[str]) -> str:
+    """The deduplication token of a replay group: a function of its segments' tokens only, so
+    the same group always carries the same token."""
+    return "g-" + hashlib.sha256("\n".join(tokens).encode()).hexdigest()[:40]
 
 
 class Spool:
@@ -45,9 +76,15 @@ class Spool:
         self._lock = threading.Lock()
         self._lock_handle = None
         self.directory.mkdir(parents=True, exist_ok=True)
+        for done in sorted(self.directory.glob("*.done")):  # a group was stored, its deletions interrupted
+            for name in msgspec.msgpack.decode(done.read_bytes())["segments"]:
+                (self.directory / name).unlink(missing_ok=True)
+            _fsync_dir(self.directory)
+            done.unlink()
         self._next = max((int(p.stem) for p in self.directory.glob("*.seg")), default=0) + 1
         for stale in self.directory.glob("*.tmp"):  # a write interrupted before its rename
             stale.unlink(missing_ok=True)
+        self.replay_lock = threading.Lock()  # one replay of this spool at a time (groups are stateful)
         existing = list(self.directory.glob("*.seg"))
         self._bytes = sum(p.stat().st_size for p in existing)
         self._count = len(existing)
@@ -93,8 +130,10 @@ class Spool:
     def pending(self) -> int:
         return self._count
 
-    def append(self, table: str, token: str, rows: list, *, limit: int | None = None) -> Path:
-        data = msgspec.msgpack.encode({"table": table, "token": token, "rows": rows})
+    def append(self, table: str, token: str, rows: list, *, limit: int | None = None, solo: bool = True) -> Path:
+        """Store one batch, fsync'd. ``solo=False`` only for a batch never sent to ClickHouse
+        (nothing can have stored it under its token), which may then be replayed in a group."""
+        data = msgspec.msgpack.encode({"table": table, "token": token, "rows": rows, "solo": solo})
         limit = self.max_bytes if limit is None else limit
         with self._lock:
             if self._bytes + len(data) > limit:
@@ -131,7 +170,53 @@ class Spool:
 
     def read(self, path: Path) -> Segment:
         payload = msgspec.msgpack.decode(path.read_bytes())
-        return Segment(path=path, table=payload["table"], token=payload["token"], rows=payload["rows"])
+        return Segment(path=path, table=payload["table"], token=payload["token"], rows=payload["rows"],
+                       solo=payload.get("solo", True))  # segments from before groups: alone, as then
+
+    # --- replay groups -----------------------------------------------------------------------
+    def pending_group(self) -> Group | None:
+        """The group a previous replay fixed and did not finish (re-sent before anything else)."""
+        for manifest in sorted(self.directory.glob("*.grp")):
+            payload = msgspec.msgpack.decode(manifest.read_bytes())
+            # Every segment of a fixed group stays until it is marked done; skipping one that is
+            # gone anyway (removed by hand) keeps the token, which is what dedups a re-send.
+            segments = [self.read(self.directory / name) for name in payload["segments"]
+                        if (self.directory / name).exists()]
+            if not segments:
+                self.drop_group(Group(manifest, payload["table"], payload["token"], []))
+                continue
+            return Group(manifest=manifest, table=payload["table"], token=payload["token"], segments=segments)
+        return None
+
+    def fix_group(self, segments: list[Segment]) -> Group:
+        """Write the manifest of a group of consecutive non-solo segments of one table (fsync'd)."""
+        assert segments and len({s.table for s in segments}) == 1 and not any(s.solo for s in segments)
+        token = group_token([s.token for s in segments])
+        manifest = self.directory / f"{segments[0].path.stem}.grp"
+        data = msgspec.msgpack.encode({"table": segments[0].table, "token": token,
+                                       "segments": [s.path.name for s in segments]})
+        _write_durably(self.directory, manifest, data)
+        return Group(manifest=manifest, table=segments[0].table, token=token, segments=segments)
+
+    def finish_group(self, group: Group) -> None:
+        """ClickHouse took the group: mark it done (atomic), then delete its segments and the mark."""
+        done = group.manifest.with_suffix(".done")
+        os.rename(group.manifest, done)
+        _fsync_dir(self.directory)
+        self._finish_done(done)
+
+    def drop_group(self, group: Group) -> None:
+        """Forget a group ClickHouse refused as data (nothing of it was stored): its segments stay
+        and are replayed one by one."""
+        group.manifest.unlink(missing_ok=True)
+        _fsync_dir(self.directory)
+
+    def _finish_done(self, done: Path) -> None:
+        payload = msgspec.msgpack.decode(done.read_bytes())
+        for name in payload["segments"]:
+            self.remove(self.directory / name)
+        done.unlink()
+        _fsync_dir(self.directory)
 
     def remove(self, path: Path) -> None:
         with self._lock:
@@ -168,6 +253,24 @@ def _try_lock(directory: Path):
         handle.close()
         return None
     return handle
+
+
+def _write_durably(directory: Path, final: Path, data: bytes) -> None:
+    temporary = final.with_name(final.name + ".tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, final)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_dir(directory)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -52,7 +52,8 @@ def new_token() -> str:
 
 class IngestWriter:
     def __init__(self, spool: Spool, *, spool_root=None, max_batch_rows: int = 50_000, target_batch_rows: int = 10_000,
-                 linger: float = 0.03, max_queued_rows: int = 400_000, replay_interval: float = 0.5):
+                 linger: float = 0.03, max_queued_rows: int = 400_000, replay_interval: float = 0.5,
+                 tail_bytes: int = 8 << 20, tail_wait: float = 2.0, replay_group_rows: int | None = None):
         self.spool = spool
         self.spool_root = spool_root
         self.max_batch_rows = max_batch_rows
@@ -61,13 +62,22 @@ class IngestWriter:
         self._busy = False  # the last batch grouped several requests: more are likely on the way
         self.max_queued_rows = max_queued_rows
         self.replay_interval = replay_interval
+        # The writer thread replays the spool itself when at most ``tail_bytes`` are left, the last
+        # insert reached ClickHouse (never during an outage) and no segment is being refused (those
+        # are counted by the replayer's rounds, with its backoff); it waits up to ``tail_wait`` s for
+        # the replayer's round in progress.
+        self.tail_bytes = tail_bytes
+        self.tail_wait = tail_wait
+        # At most this many rows per replay insert (0: one segment per insert, as before groups).
+        self.replay_group_rows = max_batch_rows if replay_group_rows is None else replay_group_rows
+        self._store_ok = True
         self._queue: deque[_Request] = deque()
         self._queued_rows = 0
         self._cond = threading.Condition()
         self._replay_wakeup = threading.Event()
         self._stopping = False
-        self.stats = {"batches": 0, "rows_stored": 0, "rows_spooled": 0, "segments_replayed": 0, "replay_failures": 0,
-                      "segments_quarantined": 0}
+        self.stats = {"batches": 0, "rows_stored": 0, "rows_spooled": 0, "segments_replayed": 0, "replay_inserts": 0,
+                      "replay_rounds": 0, "tail_drains": 0, "replay_failures": 0, "segments_quarantined": 0}
         self._refusals: dict = {}
         self._threads = [
             threading.Thread(target=self._write_loop, name="tracedash-writer", daemon=True),
@@ -146,18 +156,40 @@ class IngestWriter:
     def _store_or_spool(self, table: str, token: str, rows: list) -> Outcome:
         # While older rows wait in the spool, new ones queue behind them: the spool is drained in
         # order, so ClickHouse never sees a batch before one acknowledged earlier.
-        if self.spool.pending() == 0:
+        if (self.spool.pending() and self._store_ok and not self._refusals
+                and self.spool.size_bytes <= self.tail_bytes):
+            self._drain_tail()
+        tried = self.spool.pending() == 0
+        if tried:
             try:
                 get_store().insert(table, rows, tag=f"ingest.writer.{table}", dedup_token=token)
+                self._store_ok = True
                 self.stats["batches"] += 1
                 self.stats["rows_stored"] += len(rows)
                 return Outcome.STORED
             except StoreError as exc:
+                self._store_ok = not isinstance(exc, StoreUnavailable)
                 log.warning("ClickHouse did not take %d %s rows (%s); spooling them", len(rows), table, exc)
-        self.spool.append(table, token, rows)  # raises SpoolFull
+        # A batch that was tried may be in ClickHouse already (a timeout after the commit): only its
+        # own token dedups it, so it is replayed alone; one never sent may join a replay group.
+        self.spool.append(table, token, rows, solo=tried)  # raises SpoolFull
         self.stats["rows_spooled"] += len(rows)
         self._replay_wakeup.set()
         return Outcome.SPOOLED
+
+    def _drain_tail(self) -> None:
+        """ClickHouse is back and only a little is left in the spool: replay it here, before this
+        batch, so that the batch (and the next ones) go straight in again. Under steady traffic the
+        replayer alone never sees an empty spool: every batch arriving during its last insert is
+        spooled behind it, round after round."""
+        if not self.spool.replay_lock.acquire(timeout=self.tail_wait):
+            return  # the replayer is busy with a long round: this batch is spooled as before
+        try:
+            if self.spool.pending():
+                self._replay_locked(self.spool)
+                self.stats["tail_drains"] += 1
+        finally:
+            self.spool.replay_lock.release()
 
     # --- the replayer thread -----------------------------------------------------------------
     def _replay_loop(self) -> None:
@@ -169,6 +201,7 @@ class IngestWriter:
             ok = all(self.replay(spool) for spool in spools)
             for spool in spools[1:]:
                 spool.release()
+            self.stats["replay_rounds"] += 1
             backoff = self.replay_interval if ok else min(backoff * 2, 30.0)
             self._replay_wakeup.wait(backoff)
             self._replay_wakeup.clear()
@@ -176,21 +209,103 @@ class IngestWriter:
     def replay(self, spool: Spool) -> bool:
         """Insert ``spool``'s segments oldest first; stop at the first failure. True when drained.
 
+        Consecutive segments of one table that were never sent directly go in one insert (a replay
+        group of at most ``replay_group_rows`` rows, by default ``max_batch_rows``, fixed by a
+        manifest so that a retry re-sends the same rows with the same token: see ``ingest.spool``);
+        so the replay drains many segments per insert and keeps up with traffic arriving meanwhile.
+        A group ClickHouse refuses as data is replayed segment by segment, which finds the bad one.
+
         A segment ClickHouse keeps refusing while it is reachable (not an outage: the data itself)
         would block every later one forever; after ``MAX_SEGMENT_REFUSALS`` it is moved aside to
         ``quarantine/`` (kept, logged) and the replay goes on."""
-        for path in spool.segments():
+        with spool.replay_lock:
+            return self._replay_locked(spool)
+
+    def _replay_locked(self, spool: Spool) -> bool:
+        group = spool.pending_group()  # fixed by a replay that failed or died: re-sent first, as it was
+        if group is not None:
+            outcome = self._replay_group(spool, group)
+            if outcome is False or (outcome is None and not self._replay_alone(spool, group.segments)):
+                return False
+        paths = spool.segments()
+        i = 0
+        while i < len(paths):
             if self._stopping:
                 return False  # stopping: the rest stays in the spool (on disk) for the next start
             try:
-                segment = spool.read(path)
-            except FileNotFoundError:  # another replay of this spool took it meanwhile
+                first = spool.read(paths[i])
+            except FileNotFoundError:  # removed meanwhile (a finished group)
+                i += 1
                 continue
-            table = TABLES.get(segment.table)
-            rows = table.rows_completed(segment.rows) if table is not None else segment.rows
+            i += 1
+            members, rows = [first], len(first.rows)
+            while not first.solo and i < len(paths):
+                try:
+                    following = spool.read(paths[i])
+                except FileNotFoundError:
+                    i += 1
+                    continue
+                if (following.solo or following.table != first.table
+                        or rows + len(following.rows) > self.replay_group_rows):
+                    break  # read again as the next group's first
+                members.append(following)
+                rows += len(following.rows)
+                i += 1
+            if len(members) == 1:
+                if not self._replay_alone(spool, members):
+                    return False
+                continue
             try:
-                get_store().insert(segment.table, rows, tag="ingest.writer.replay", dedup_token=segment.token)
+                group = spool.fix_group(members)
+            except OSError as exc:  # no room for the manifest (a full disk): one segment per insert
+                log.warning("cannot write a replay group's manifest (%s); replaying %d segments one by one", exc,
+                            len(members))
+                if not self._replay_alone(spool, members):
+                    return False
+                continue
+            outcome = self._replay_group(spool, group)
+            if outcome is False or (outcome is None and not self._replay_alone(spool, members)):
+                return False
+        return True
+
+    def _insert(self, table_name: str, rows: list, token: str) -> None:
+        table = TABLES.get(table_name)
+        rows = table.rows_completed(rows) if table is not None else rows
+        get_store().insert(table_name, rows, tag="ingest.writer.replay", dedup_token=token)
+
+    def _replay_group(self, spool: Spool, group) -> bool | None:
+        """True: stored and removed. False: ClickHouse is away (the group stays fixed, for a re-send
+        with its token). None: refused as data (the manifest is dropped; replay its segments alone)."""
+        try:
+            self._insert(group.table, [row for segment in group.segments for row in segment.rows], group.token)
+        except StoreUnavailable as exc:
+            self._store_ok = False
+            self.stats["replay_failures"] += 1
+            log.warning("spool replay of %d segments from %s waits for ClickHouse: %s", len(group.segments),
+                        group.manifest.name, exc)
+            return False
+        except StoreError as exc:
+            self.stats["replay_failures"] += 1
+            log.warning("ClickHouse refused a replay group of %d segments from %s (%s); replaying them one by one",
+                        len(group.segments), group.manifest.name, exc)
+            spool.drop_group(group)
+            return None
+        self._store_ok = True
+        spool.finish_group(group)
+        self.stats["segments_replayed"] += len(group.segments)
+        self.stats["replay_inserts"] += 1
+        log.info("replayed %d %s rows from %d spool segments (%s)", sum(len(s.rows) for s in group.segments),
+                 group.table, len(group.segments), group.manifest.name)
+        return True
+
+    def _replay_alone(self, spool: Spool, segments: list) -> bool:
+        """Each segment in its own insert, with its own token; False at the first that must wait."""
+        for segment in segments:
+            path = segment.path
+            try:
+                self._insert(segment.table, segment.rows, segment.token)
             except StoreUnavailable as exc:
+                self._store_ok = False
                 self.stats["replay_failures"] += 1
                 log.warning("spool replay of %s waits for ClickHouse: %s", path.name, exc)
                 return False
@@ -207,9 +322,11 @@ class IngestWriter:
                 log.error("spool segment %s refused %d times; moved to %s for inspection: %s", path.name, refusals,
                           moved, exc)
                 continue
+            self._store_ok = True
             self._refusals.pop(path, None)
             spool.remove(path)
             self.stats["segments_replayed"] += 1
+            self.stats["replay_inserts"] += 1
             log.info("replayed %d %s rows from the spool (%s)", len(segment.rows), segment.table, path.name)
         return True
 

@@ -262,6 +262,55 @@ def test_server_down_the_spool_takes_over_and_replays_once_it_is_back(server_up,
     store.close()
 
 
+def test_after_an_outage_the_spool_drains_while_a_batch_arrives_every_5_ms(server_up, database, writer_on):
+    """A steady stream after an outage: the spool must reach zero while the stream goes on (replay
+    groups, and the writer replaying the spool's last few segments itself), each row stored once,
+    with many segments per replay insert. (On a slower server, one insert per segment fell behind
+    such a stream for good; this local server is fast enough that only the insert count shows it.)"""
+    store = _store(server_up, database)
+    writer = writer_on(store)
+    prefix = f"drain-{secrets.token_hex(3)}"
+    server_up.stop()
+    outage = [f"{prefix}/outage-{n:04d}" for n in range(300)]
+    for batch in outage:
+        assert writer.write(TABLE, _rows(batch)) is Outcome.SPOOLED
+    server_up.start()
+    outcomes: dict[str, Outcome] = {}
+    drained, failures = threading.Event(), []
+
+    def stream():  # a batch every 5 ms until 50 after the spool was seen empty
+        n = after = 0
+        try:
+            while after < 50 and n < 100_000:
+                batch = f"{prefix}/stream-{n:05d}"
+                outcomes[batch] = writer.write(TABLE, _rows(batch), timeout=120)
+                after += drained.is_set()
+                n += 1
+                time.sleep(0.005)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+
+    thread = threading.Thread(target=stream, name="test-steady-stream")
+    thread.start()
+    try:
+        wait_until(lambda: writer.spool.pending() == 0 or failures or not thread.is_alive(), timeout=90,
+                   message="the spool drained while the stream goes on")
+        assert thread.is_alive() and not failures, failures  # it drained under load, not after it
+        drained.set()
+    finally:
+        thread.join(120)
+    assert not failures, failures
+    assert list(outcomes.values())[-1] is Outcome.STORED  # straight to ClickHouse again
+    wait_until(lambda: writer.spool.pending() == 0, timeout=90, message="the spool drained")
+    assert writer.stats["segments_replayed"] >= len(outage)
+    assert writer.stats["replay_inserts"] * 10 <= writer.stats["segments_replayed"]  # many segments per insert
+    copies = _copies(store, prefix + "/")
+    expected = {f"{batch}/{i}" for batch in [*outage, *outcomes] for i in range(3)}
+    assert set(copies) == expected, "acknowledged rows are missing"
+    assert {target for target, n in copies.items() if n != 1} == set(), "rows stored more than once"
+    store.close()
+
+
 def test_a_refused_login_spools_and_waits_instead_of_quarantining(server_up, database, writer_on):
     """A rotated password is an outage, not bad data: the replayer must wait (StoreUnavailable),
     never count it as a refusal of the segment and move it aside."""
