@@ -406,7 +406,10 @@ class NativeBackend:
                     if not self._database_ready:
                         bootstrap = self._new_client("default")
                         try:
-                            self._execute(bootstrap, f"CREATE DATABASE IF NOT EXISTS `{self.database}`", None, "store.bootstrap")
+                            # On a cluster every node needs the database before ON CLUSTER DDL runs there.
+                            on_cluster = f" ON CLUSTER `{self.cluster}`" if self.cluster else ""
+                            self._execute(bootstrap, f"CREATE DATABASE IF NOT EXISTS `{self.database}`{on_cluster}", None,
+                                          "store.bootstrap")
                         finally:
                             bootstrap.disconnect()
                         self._database_ready = True
