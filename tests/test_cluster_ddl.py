@@ -23,7 +23,7 @@ import pytest
 
 from analytics.retention_services import delete_statements
 from store.migrator import MigrationContext, discover, ensure_table_sql
-from store.schema import TABLES, ddl_target
+from store.schema import DEDUP_WINDOW, REPLICATED_DEDUP_WINDOW, TABLES, ddl_target
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 CLUSTER = "tracedash"  # the name deploy/clickhouse's remote_servers declares (tests/test_cluster_compose.py)
@@ -179,3 +179,88 @@ def test_without_a_cluster_nothing_names_a_cluster():
 def test_a_cluster_needs_the_database_for_its_distributed_tables():
     with pytest.raises(ValueError, match="database"):
         MigrationContext(retention_days=1, cluster=CLUSTER).create(TABLES["spans"])
+
+
+# --- The cluster layout, executed ---------------------------------------------------------------
+# chdb has no Keeper and no DDL worker, so ON CLUSTER and the Replicated engines cannot run here;
+# everything else of the cluster DDL can: a one-shard cluster on the process itself (its Distributed
+# tables then read and write locally).
+LAYOUT_CONFIG = (f"<clickhouse><tcp_port>9000</tcp_port><remote_servers><{CLUSTER}><shard><replica>"
+                 f"<host>localhost</host><port>9000</port></replica></shard></{CLUSTER}></remote_servers></clickhouse>")
+# Filled by materialized views over local tables: only the views write them in this check.
+VIEW_TARGETS = {"traces_by_start": "traces", "resource_minute": "resource_samples", "resource_hour": "resource_minute"}
+
+
+def _without_keeper(statement: str) -> str:
+    statement = statement.replace(f" ON CLUSTER `{CLUSTER}`", "")
+    statement = re.sub(r"Replicated(\w*MergeTree)\('[^']*', '\{replica\}'(?:, )?", r"\1(", statement)
+    return statement.replace(REPLICATED_DEDUP_WINDOW, DEDUP_WINDOW)
+
+
+def _value(column) -> str:
+    if column.name == "project_id":
+        return "1"
+    if column.type.startswith("DateTime64("):
+        return f"now64({column.type[11]})"
+    if column.type.startswith("DateTime("):
+        return "toStartOfMinute(now())"
+    if column.type.startswith("Array(DateTime64"):
+        return "[]"
+    return f"defaultValueOfTypeName('{column.type}')"
+
+
+def _insert(table) -> str:
+    columns = table.insert_columns
+    return (f"INSERT INTO {table.name} ({', '.join(f'`{c.name}`' for c in columns)}) {{settings}} "
+            f"SELECT {', '.join(_value(c) for c in columns)}")
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory):
+    import json
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path_factory.mktemp("cluster_layout")
+    cutoff_ns = (time.time_ns() + 86400 * 10**9)  # tomorrow: every row of project 1 is older
+    deletes = [s.replace("{project_id:UInt64}", "1").replace("{cutoff:Int64}", str(cutoff_ns))
+               for s in GENERATED["cluster"]["retention.sql"]]
+    plan = {
+        "config": LAYOUT_CONFIG,
+        "statements": [_without_keeper(s) for name, file in GENERATED["cluster"].items() if name != "retention.sql"
+                       for s in file],
+        "inserts": {name: _insert(t) for name, t in TABLES.items() if name not in VIEW_TARGETS},
+        "tables": list(TABLES),
+        "deletes": [_without_keeper(s) for s in deletes],
+    }
+    (folder / "plan.json").write_text(json.dumps(plan))
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "tests/support/cluster_layout.py"), str(folder / "plan.json"),
+                           str(folder)], capture_output=True, text=True, timeout=600, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_cluster_ddl_runs_and_its_distributed_tables_take_and_return_rows(layout):
+    assert layout["error"] is None, layout["error"]
+    for name, table in TABLES.items():
+        assert layout["counts"][name] == layout["local"][name] >= 1, name  # written through, read back
+        if DEDUP_WINDOW in table.settings and name not in VIEW_TARGETS:
+            assert layout["counts"][name] == 1, name  # the replayed batch (same token) was dropped
+
+
+def test_views_on_local_tables_fill_their_targets(layout):
+    assert layout["error"] is None, layout["error"]
+    for target, source in VIEW_TARGETS.items():
+        assert layout["local"][source] >= 1 and layout["local"][target] >= 1, target
+
+
+def test_retention_deletes_reach_the_rows_behind_the_distributed_tables(layout):
+    from analytics.retention_services import RETENTION_COLUMNS, RETENTION_EXEMPT
+
+    assert layout["error"] is None, layout["error"]
+    for name in RETENTION_COLUMNS:
+        assert layout["after_delete"][name] == 0, name
+    for name in RETENTION_EXEMPT:
+        assert layout["after_delete"][name] == layout["counts"][name] >= 1, name
