@@ -69,6 +69,16 @@ def project_data_expire(*, project_id: int, retention_days: int, now_ns: int | N
     now_ns = time.time_ns() if now_ns is None else now_ns
     cutoff_ns = now_ns - int(retention_days) * DAY_NS
     store = get_store()
+    for statement in delete_statements(store.ddl_target):
+        store.command(statement, {"project_id": int(project_id), "cutoff": int(cutoff_ns)}, tag="retention.delete")
+    return cutoff_ns
+
+
+def delete_statements(target=lambda table: table) -> list[str]:
+    """One lightweight DELETE per table (parameters ``project_id``, ``cutoff`` in unix ns).
+    ``target`` names the table to delete from: ``Store.ddl_target``, which on a cluster is the
+    ``_local`` table ON CLUSTER (a Distributed table takes no DELETE)."""
+    out = []
     for table, column in RETENTION_COLUMNS.items():
         # Compare in the column's kind: DateTime64 columns against the ns cutoff, DateTime
         # (rollup buckets) against whole seconds.
@@ -76,9 +86,8 @@ def project_data_expire(*, project_id: int, retention_days: int, now_ns: int | N
             condition = f"{column} < fromUnixTimestamp64Nano({{cutoff:Int64}}, 'UTC')"
         else:
             condition = f"{column} < toDateTime(intDiv({{cutoff:Int64}}, {NS}), 'UTC')"
-        store.command(f"DELETE FROM {table} WHERE project_id = {{project_id:UInt64}} AND {condition}",
-                      {"project_id": int(project_id), "cutoff": int(cutoff_ns)}, tag="retention.delete")
-    return cutoff_ns
+        out.append(f"DELETE FROM {target(table)} WHERE project_id = {{project_id:UInt64}} AND {condition}")
+    return out
 
 
 def retention_enforce(*, project_ids: list[int] | None = None, now_ns: int | None = None) -> RetentionReport:

@@ -352,12 +352,29 @@ class NativeBackend:
 
     name = "native"
 
-    def __init__(self, url, database: str | None = None):
+    def __init__(self, url, database: str | None = None, cluster: str | None = None):
         self.url = url
         self.database = database or url.database
         self._local = threading.local()
         self._database_ready = False
         self._lock = threading.Lock()
+        self.cluster = cluster or None
+        # On a cluster (docs/cluster.md) the canonical tables are Distributed. Every call then runs with:
+        # - distributed_product_mode = 'global': an IN/JOIN subquery over another Distributed table
+        #   (``trace_id IN (SELECT ... FROM traces_by_start ...)``) is refused by default ('deny');
+        #   'global' runs it once and sends its result to every shard, right whichever way the inner
+        #   table is sharded.
+        # - distributed_foreground_insert = 1 (formerly insert_distributed_sync): an INSERT (rows, or
+        #   the summariser's and rollups' INSERT … SELECT) sends each shard its part of the block
+        #   within the statement, with the statement's settings, so what is acknowledged is stored
+        #   on every shard it touches (not queued on the receiving node for a background send), and
+        #   insert_deduplication_token reaches each shard's Replicated table, which keeps it in
+        #   Keeper for all its replicas (replicated_deduplication_window…, store.schema). A retried
+        #   batch splits the same way (every sharding key is a hash of supplied columns), so each
+        #   shard drops its part as a duplicate.
+        # - insert_deduplicate = 1: the default, set so a user profile cannot turn it off.
+        self._cluster_settings = ({"distributed_product_mode": "global", "distributed_foreground_insert": 1,
+                                   "insert_deduplicate": 1} if self.cluster else {})
 
     def describe(self) -> str:
         scheme = "clickhouses" if self.url.secure else "clickhouse"
@@ -389,7 +406,10 @@ class NativeBackend:
                     if not self._database_ready:
                         bootstrap = self._new_client("default")
                         try:
-                            self._execute(bootstrap, f"CREATE DATABASE IF NOT EXISTS `{self.database}`", None, "store.bootstrap")
+                            # On a cluster every node needs the database before ON CLUSTER DDL runs there.
+                            on_cluster = f" ON CLUSTER `{self.cluster}`" if self.cluster else ""
+                            self._execute(bootstrap, f"CREATE DATABASE IF NOT EXISTS `{self.database}`{on_cluster}", None,
+                                          "store.bootstrap")
                         finally:
                             bootstrap.disconnect()
                         self._database_ready = True
@@ -399,7 +419,7 @@ class NativeBackend:
     def _execute(self, client, sql, params, tag, extra_settings=None, **kwargs):
         from clickhouse_driver import errors as ch_errors
 
-        settings = {"log_comment": tag, **(extra_settings or {})}
+        settings = {"log_comment": tag, **self._cluster_settings, **(extra_settings or {})}
         where = f"{self.url.host}:{self.url.port}"
         try:
             return client.execute(sql, params, settings=settings, **kwargs)

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 from .backends import EmbeddedBackend, NativeBackend, Result, tag_comment
 from .errors import StoreError
-from .schema import TABLES
+from .schema import TABLES, ddl_target
 
 log = logging.getLogger("tracedash.store")
 
@@ -95,9 +95,17 @@ class SlowQueryLog:
 
 
 class Store:
-    def __init__(self, backend, *, slow_log: SlowQueryLog | None = None):
+    def __init__(self, backend, *, slow_log: SlowQueryLog | None = None, cluster: str | None = None):
         self.backend = backend
         self.slow_log = slow_log or SlowQueryLog()
+        # TRACEDASH_CLICKHOUSE_CLUSTER: the canonical table names are then Distributed tables over
+        # ``<name>_local`` (store.schema); reads and inserts use the canonical names unchanged.
+        self.cluster = cluster or None
+
+    def ddl_target(self, table: str) -> str:
+        """What an ALTER, OPTIMIZE, mutation or lightweight DELETE of ``table`` must name: its
+        ``_local`` table ON CLUSTER on a cluster (a Distributed table holds no rows), else itself."""
+        return ddl_target(table, self.cluster)
 
     @property
     def database(self) -> str:
@@ -164,9 +172,10 @@ def store_from_settings(database: str | None = None) -> Store:
     env = getattr(settings, "ENV", None)
     slow_log = SlowQueryLog(read_ms=getattr(env, "slow_query_ms", SLOW_READ_MS),
                             write_ms=getattr(env, "slow_write_ms", SLOW_WRITE_MS))
+    cluster = getattr(settings, "TRACEDASH_CLICKHOUSE_CLUSTER", None) or None
     if url is None:
-        return Store(EmbeddedBackend(settings.TRACEDASH_CLICKHOUSE_PATH, database), slow_log=slow_log)
-    return Store(NativeBackend(url, database), slow_log=slow_log)
+        return Store(EmbeddedBackend(settings.TRACEDASH_CLICKHOUSE_PATH, database), slow_log=slow_log, cluster=cluster)
+    return Store(NativeBackend(url, database, cluster=cluster), slow_log=slow_log, cluster=cluster)
 
 
 _store: Store | None = None

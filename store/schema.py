@@ -39,6 +39,11 @@ class Table:
     # Insert columns added after rows could already wait in a spool segment, with the value such an
     # older row gets on replay (``rows_completed``).
     added_columns: tuple[tuple[str, object], ...] = ()
+    # On a cluster (``TRACEDASH_CLICKHOUSE_CLUSTER``): the sharding key of the ``Distributed`` table
+    # that takes this table's name over its ``<name>_local`` replicated tables. Always a hash of row
+    # content, never rand(): a re-sent batch (same insert_deduplication_token) must split into the
+    # same per-shard blocks to be recognised as a duplicate on each shard.
+    shard_key: str = ""
 
     def rows_completed(self, rows: list) -> list:
         """Rows written before ``added_columns`` existed, given those columns' values for old rows."""
@@ -55,24 +60,71 @@ class Table:
     def column_types(self) -> dict[str, str]:
         return {c.name: c.type for c in self.columns}
 
+    def local_name(self, cluster: str | None) -> str:
+        """Where the rows are stored: ``<name>_local`` on a cluster (``name`` is then the Distributed
+        table over it), the table itself otherwise."""
+        return local_name(self.name, cluster)
+
     def create_sql(self, *, retention_days: int, cluster: str | None = None) -> str:
+        """The table that stores the rows: the table itself, or on a cluster its ``<name>_local``
+        Replicated… table (ON CLUSTER, one replication group per shard: macros {shard}/{replica})."""
+        name = self.local_name(cluster)
         body = [c.ddl() for c in self.columns] + [f"INDEX {index}" for index in self.indexes]
         on_cluster = f" ON CLUSTER `{cluster}`" if cluster else ""
         lines = [
-            f"CREATE TABLE IF NOT EXISTS {self.name}{on_cluster}",
+            f"CREATE TABLE IF NOT EXISTS {name}{on_cluster}",
             "(",
             "    " + ",\n    ".join(body),
             ")",
-            f"ENGINE = {replicated_engine(self.engine, self.name) if cluster else self.engine}",
+            f"ENGINE = {replicated_engine(self.engine, name) if cluster else self.engine}",
         ]
         if self.partition_by:
             lines.append(f"PARTITION BY {self.partition_by}")
         lines.append(f"ORDER BY {self.order_by}")
         if self.ttl:
             lines.append("TTL " + self.ttl.format(retention_days=int(retention_days)))
-        if self.settings:
-            lines.append(f"SETTINGS {self.settings}")
+        settings = self.settings
+        if cluster and settings:
+            # Replicated tables keep their insert hashes in Keeper (replicated_deduplication_window);
+            # non_replicated_deduplication_window does not apply to them.
+            settings = settings.replace(DEDUP_WINDOW, REPLICATED_DEDUP_WINDOW)
+        if settings:
+            lines.append(f"SETTINGS {settings}")
         return "\n".join(lines)
+
+    def distributed_sql(self, *, cluster: str, database: str) -> str:
+        """The Distributed table under the canonical name, over every shard's ``<name>_local``: the
+        app reads and inserts through it unchanged, and a read sees every shard."""
+        if not self.shard_key:
+            raise ValueError(f"table {self.name} has no shard_key: it cannot be distributed")
+        local = self.local_name(cluster)
+        return (f"CREATE TABLE IF NOT EXISTS {self.name} ON CLUSTER `{cluster}` AS {local}\n"
+                f"ENGINE = Distributed({_literal(cluster)}, {_literal(database)}, {local}, {self.shard_key})")
+
+    def create_statements(self, *, retention_days: int, cluster: str | None = None,
+                          database: str | None = None) -> list[str]:
+        """Every statement that creates the table: one without a cluster (``create_sql``), the
+        local replicated table and the Distributed table over it on a cluster."""
+        if not cluster:
+            return [self.create_sql(retention_days=retention_days)]
+        if not database:
+            raise ValueError("a cluster's Distributed tables need the database name")
+        return [self.create_sql(retention_days=retention_days, cluster=cluster),
+                self.distributed_sql(cluster=cluster, database=database)]
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def local_name(table: str, cluster: str | None) -> str:
+    return f"{table}_local" if cluster else table
+
+
+def ddl_target(table: str, cluster: str | None) -> str:
+    """What an ALTER, a mutation or a lightweight DELETE names: the rows live in ``<table>_local``
+    on every shard (ON CLUSTER), and a Distributed table cannot be altered that way."""
+    return f"{table}_local ON CLUSTER `{cluster}`" if cluster else table
 
 
 def replicated_engine(engine: str, table: str) -> str:
@@ -86,6 +138,10 @@ def replicated_engine(engine: str, table: str) -> str:
 # Inserts carrying the same insert_deduplication_token within the last N blocks are stored once:
 # a spool segment replayed after ClickHouse had already taken it adds nothing.
 DEDUP_WINDOW = "non_replicated_deduplication_window = 10000"
+# The same on a cluster's Replicated tables: 10,000 inserts per partition, and for a week (the
+# server's default forgets a token after an hour: a spool replayed after a longer outage would be
+# stored twice).
+REPLICATED_DEDUP_WINDOW = "replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800"
 DATETIME_NS = "DateTime64(9, 'UTC')"
 DIM_VALUE_MAX = 256  # the longest attribute value that groups (spans.dims)
 _SHORT = f"(k, v) -> v != '' AND length(v) <= {DIM_VALUE_MAX}"
@@ -148,6 +204,10 @@ SPANS = Table(
     ),
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
     added_columns=(("phase_fallback", 0), ("cache", 0)),
+    # Cluster: by trace, so a trace's spans, span logs, summary and scores share one shard (FINAL and
+    # the per-trace summary, joins and IN (traces) stay correct within a shard); every copy of a span
+    # carries its trace id, so duplicates meet and collapse there too.
+    shard_key="cityHash64(trace_id)",
 )
 
 # GenAI events that arrive as OTLP log records (``POST /v1/logs``: prompts, completions, tool
@@ -173,6 +233,8 @@ SPAN_LOGS = Table(
     order_by="(project_id, trace_id, time)",
     ttl="toDateTime(time) + toIntervalDay({retention_days})",
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+    # Cluster: by trace, beside the trace's spans (the trace page reads both for one trace).
+    shard_key="cityHash64(trace_id)",
 )
 
 RESOURCE_SAMPLES = Table(
@@ -201,6 +263,10 @@ RESOURCE_SAMPLES = Table(
     order_by="(project_id, host, gpu_index, time)",
     ttl="toDateTime(time) + toIntervalDay({retention_days})",
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+    # Cluster: by series (the ORDER BY key without the time), the same key as resource_minute and
+    # resource_hour, so the local materialized views that fill those write on the shard where a
+    # Distributed insert into them would have gone.
+    shard_key="cityHash64(project_id, host, gpu_index)",
 )
 
 # Inference engines' own metrics (vLLM, TGI, SGLang: scraped from their Prometheus ``/metrics`` by
@@ -226,6 +292,9 @@ ENGINE_SAMPLES = Table(
     order_by="(project_id, metric, engine, target, model, le, time)",
     ttl="toDateTime(time) + toIntervalDay({retention_days})",
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+    # Cluster: by series (the ORDER BY key without the time): a counter's increases between samples
+    # are taken along one series, which then sits whole on one shard.
+    shard_key="cityHash64(project_id, metric, engine, target, model, le)",
 )
 
 # Scores of a trace or of one of its spans (migration 0019): a reviewer's good/bad or 1-5 rating,
@@ -256,6 +325,9 @@ SCORES = Table(
     order_by="(project_id, trace_id, span_id, name, score_id)",
     ttl="toDateTime(time) + toIntervalDay({retention_days})",
     settings=f"index_granularity = 8192, {DEDUP_WINDOW}",
+    # Cluster: by trace, beside the trace's spans and summary; a re-sent score (same ORDER BY key,
+    # which starts with the trace) lands on the same shard and replaces the earlier one under FINAL.
+    shard_key="cityHash64(trace_id)",
 )
 
 _MODEL_COLUMNS = (
@@ -320,6 +392,9 @@ TRACES = Table(
         "idx_service service TYPE set(256) GRANULARITY 4",
     ),
     settings=f"index_granularity = 8192, {DEDUP_WINDOW}",
+    # Cluster: by trace (the ReplacingMergeTree key is the trace): every version of a summary meets
+    # on the shard that holds the trace's spans, where the summariser reads them.
+    shard_key="cityHash64(trace_id)",
 )
 
 # The same summaries ordered by start time, filled by a materialized view on every insert into
@@ -335,6 +410,9 @@ TRACES_BY_START = Table(
     order_by="(project_id, start_time, trace_id)",
     ttl="toDateTime(start_time) + toIntervalDay({retention_days})",
     settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+    # Cluster: by trace, as ``traces``: the materialized view copies each shard's traces_local into
+    # its own traces_by_start_local, and a row's versions (same start) meet there under FINAL.
+    shard_key="cityHash64(trace_id)",
 )
 
 # --- Rollups (analytics.rollup_services writes them, analytics.rollups reads them) ----------
@@ -387,6 +465,9 @@ def _rollup_table(name: str, *, partition_by: str, ttl: str, settings: str) -> T
         order_by="(project_id, bucket, service, model)",
         ttl=ttl,
         settings=settings,
+        # Cluster: by the whole ReplacingMergeTree key, so every recomputed version of a bucket
+        # lands on the shard of the earlier ones and FINAL (applied per shard) keeps the latest.
+        shard_key="cityHash64(project_id, bucket, service, model)",
     )
 
 
@@ -427,6 +508,9 @@ ROLLUP_DIRTY = Table(
     engine="MergeTree",
     order_by="(project_id, marked_at)",
     ttl="toDateTime(marked_at) + toIntervalDay(3)",
+    # Cluster: by (project, minute): no merge semantics to keep, only a deterministic key (a
+    # re-sent batch of marks must split the same way for its dedup token to match).
+    shard_key="cityHash64(project_id, bucket)",
 )
 
 # Where each periodic job got to (per project): the latest value wins.
@@ -439,6 +523,8 @@ TASK_WATERMARKS = Table(
     ),
     engine="ReplacingMergeTree(value)",
     order_by="(project_id, job)",
+    # Cluster: by the whole ReplacingMergeTree key, so a job's watermarks meet and the latest wins.
+    shard_key="cityHash64(project_id, job)",
 )
 
 # Resource samples per host/GPU and minute, filled by a materialized view on every insert into
@@ -468,6 +554,9 @@ def _resource_rollup(name: str) -> Table:
         order_by="(project_id, host, gpu_index, bucket)",
         ttl="bucket + toIntervalDay({retention_days})",
         settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+        # Cluster: by series (host/GPU), as resource_samples: the local views fill the shard's own
+        # minutes and hours, and a bucket's partial rows (one per insert block) merge there.
+        shard_key="cityHash64(project_id, host, gpu_index)",
     )
 
 

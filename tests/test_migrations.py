@@ -74,14 +74,17 @@ def test_built_schema_matches_the_table_registry(clickhouse_store):
             assert partition.startswith("toDate(")  # daily partitions: TTL drops whole days
 
 
-def test_on_cluster_variant_uses_replicated_engines():
-    ctx = MigrationContext(retention_days=7, cluster="prod_cluster")
+def test_on_cluster_variant_uses_replicated_local_tables_under_distributed_ones():
+    ctx = MigrationContext(retention_days=7, cluster="prod_cluster", database="tracedash")
     sql = "\n".join(s for m in discover() for s in m.statements(ctx))
-    assert "CREATE TABLE IF NOT EXISTS spans ON CLUSTER `prod_cluster`" in sql
-    assert ("ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/spans', '{replica}', ingested_at)"
+    assert "CREATE TABLE IF NOT EXISTS spans_local ON CLUSTER `prod_cluster`" in sql
+    assert ("ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/spans_local', '{replica}', ingested_at)"
             in sql)
-    assert "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/resource_samples', '{replica}')" in sql
+    assert "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/resource_samples_local', '{replica}')" in sql
+    assert ("CREATE TABLE IF NOT EXISTS spans ON CLUSTER `prod_cluster` AS spans_local\n"
+            "ENGINE = Distributed('prod_cluster', 'tracedash', spans_local, cityHash64(trace_id))") in sql
     assert "toIntervalDay(7)" in sql
+    # the full cluster DDL is reviewed in tests/golden/cluster (tests/test_cluster_ddl.py)
 
 
 def test_0018_adds_the_cache_columns_to_a_store_that_predates_it(fresh_store):

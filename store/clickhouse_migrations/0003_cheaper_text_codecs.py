@@ -11,7 +11,10 @@ TEXT_COLUMNS = ("status_message", "attributes", "resource_attributes", "event_at
 
 def statements(ctx):
     types = SPANS.column_types()
+    # A codec is how the stored rows are compressed: the ``_local`` tables only (a Distributed
+    # table stores nothing).
     return [
-        f"ALTER TABLE spans{ctx.on_cluster} MODIFY COLUMN `{name}` {types[name]} CODEC(ZSTD(1))"
+        statement
         for name in TEXT_COLUMNS
+        for statement in ctx.alter("spans", f"MODIFY COLUMN `{name}` {types[name]} CODEC(ZSTD(1))")
     ]

@@ -6,7 +6,7 @@ from store.schema import TRACES
 
 def statements(ctx):
     return [
-        ctx.create(TRACES),
-        f"ALTER TABLE spans{ctx.on_cluster} ADD INDEX IF NOT EXISTS idx_ingested_at ingested_at TYPE minmax GRANULARITY 1",
-        f"ALTER TABLE spans{ctx.on_cluster} MATERIALIZE INDEX idx_ingested_at",
+        *ctx.create(TRACES),
+        *ctx.alter("spans", "ADD INDEX IF NOT EXISTS idx_ingested_at ingested_at TYPE minmax GRANULARITY 1"),
+        *ctx.alter("spans", "MATERIALIZE INDEX idx_ingested_at"),
     ]

@@ -6,9 +6,9 @@ from store.schema import ROLLUP_DAY, ROLLUP_DIRTY, ROLLUP_HOUR, ROLLUP_MINUTE, T
 
 def statements(ctx):
     return [
-        ctx.create(ROLLUP_MINUTE),
-        ctx.create(ROLLUP_HOUR),
-        ctx.create(ROLLUP_DAY),
-        ctx.create(ROLLUP_DIRTY),
-        ctx.create(TASK_WATERMARKS),
+        *ctx.create(ROLLUP_MINUTE),
+        *ctx.create(ROLLUP_HOUR),
+        *ctx.create(ROLLUP_DAY),
+        *ctx.create(ROLLUP_DIRTY),
+        *ctx.create(TASK_WATERMARKS),
     ]

@@ -6,8 +6,8 @@ map of the time range, prompts included. Measured on 10 M spans (bench/load_span
 
 def statements(ctx):
     return [
-        f"ALTER TABLE spans{ctx.on_cluster} ADD INDEX IF NOT EXISTS idx_attr_keys mapKeys(attributes) TYPE bloom_filter(0.01) GRANULARITY 1",
-        f"ALTER TABLE spans{ctx.on_cluster} ADD INDEX IF NOT EXISTS idx_attr_values mapValues(attributes) TYPE bloom_filter(0.01) GRANULARITY 1",
-        f"ALTER TABLE spans{ctx.on_cluster} MATERIALIZE INDEX idx_attr_keys",
-        f"ALTER TABLE spans{ctx.on_cluster} MATERIALIZE INDEX idx_attr_values",
+        *ctx.alter("spans", "ADD INDEX IF NOT EXISTS idx_attr_keys mapKeys(attributes) TYPE bloom_filter(0.01) GRANULARITY 1"),
+        *ctx.alter("spans", "ADD INDEX IF NOT EXISTS idx_attr_values mapValues(attributes) TYPE bloom_filter(0.01) GRANULARITY 1"),
+        *ctx.alter("spans", "MATERIALIZE INDEX idx_attr_keys"),
+        *ctx.alter("spans", "MATERIALIZE INDEX idx_attr_values"),
     ]

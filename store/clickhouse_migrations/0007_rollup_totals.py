@@ -5,4 +5,4 @@ from store.schema import ROLLUP_DAY_ALL, ROLLUP_HOUR_ALL
 
 
 def statements(ctx):
-    return [ctx.create(ROLLUP_HOUR_ALL), ctx.create(ROLLUP_DAY_ALL)]
+    return [*ctx.create(ROLLUP_HOUR_ALL), *ctx.create(ROLLUP_DAY_ALL)]

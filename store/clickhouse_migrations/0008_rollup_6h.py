@@ -5,4 +5,4 @@ from store.schema import ROLLUP_6H, ROLLUP_6H_ALL
 
 
 def statements(ctx):
-    return [ctx.create(ROLLUP_6H), ctx.create(ROLLUP_6H_ALL)]
+    return [*ctx.create(ROLLUP_6H), *ctx.create(ROLLUP_6H_ALL)]

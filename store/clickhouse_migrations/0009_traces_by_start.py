@@ -18,9 +18,11 @@ COLUMNS = ", ".join(f"`{name}`" for name in _NAMES[:_NAMES.index("error_spans")]
 
 
 def statements(ctx):
+    # On a cluster the view joins each shard's local tables (both sharded by trace); the backfill
+    # goes through the Distributed tables.
     return [
-        ctx.create(TRACES_BY_START),
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv{ctx.on_cluster} TO traces_by_start"
-        f" AS SELECT {COLUMNS} FROM traces",
+        *ctx.create(TRACES_BY_START),
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv{ctx.on_cluster} TO {ctx.local('traces_by_start')}"
+        f" AS SELECT {COLUMNS} FROM {ctx.local('traces')}",
         f"INSERT INTO traces_by_start ({COLUMNS}) SELECT {COLUMNS} FROM traces",
     ]

@@ -25,13 +25,16 @@ SELECT = """SELECT project_id, toStartOfMinute(time) AS bucket, host, gpu_index,
     max(ifNull(100 * memory_used / nullIf(memory_total, 0), -1)) AS memory_percent_max,
     maxMap(process_pids, process_gpu_memory) AS process_memory,
     groupUniqArrayArray(arrayZip(process_pids, process_names)) AS process_names
-FROM resource_samples
+FROM {source}
 GROUP BY project_id, bucket, host, gpu_index"""
 
 
 def statements(ctx):
+    # On a cluster the view reads and writes each shard's local tables (both sharded by host/GPU);
+    # the backfill goes through the Distributed tables.
     return [
-        ctx.create(RESOURCE_MINUTE),
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS resource_minute_mv{ctx.on_cluster} TO resource_minute AS {SELECT}",
-        f"INSERT INTO resource_minute {SELECT}",
+        *ctx.create(RESOURCE_MINUTE),
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS resource_minute_mv{ctx.on_cluster} TO {ctx.local('resource_minute')}"
+        f" AS {SELECT.format(source=ctx.local('resource_samples'))}",
+        f"INSERT INTO resource_minute {SELECT.format(source='resource_samples')}",
     ]

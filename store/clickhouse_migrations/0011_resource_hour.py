@@ -18,13 +18,16 @@ SELECT = """SELECT project_id, toStartOfHour(bucket) AS bucket, host, gpu_index,
     max(memory_percent_max) AS memory_percent_max,
     maxMap(process_memory) AS process_memory,
     groupUniqArrayArray(process_names) AS process_names
-FROM resource_minute
+FROM {source}
 GROUP BY project_id, bucket, host, gpu_index"""
 
 
 def statements(ctx):
+    # On a cluster the view reads and writes each shard's local tables (both sharded by host/GPU);
+    # the backfill goes through the Distributed tables.
     return [
-        ctx.create(RESOURCE_HOUR),
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS resource_hour_mv{ctx.on_cluster} TO resource_hour AS {SELECT}",
-        f"INSERT INTO resource_hour {SELECT}",
+        *ctx.create(RESOURCE_HOUR),
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS resource_hour_mv{ctx.on_cluster} TO {ctx.local('resource_hour')}"
+        f" AS {SELECT.format(source=ctx.local('resource_minute'))}",
+        f"INSERT INTO resource_hour {SELECT.format(source='resource_minute')}",
     ]

@@ -20,19 +20,19 @@ _NAMES = [c.name for c in TRACES.columns]
 ALL_COLUMNS = ", ".join(f"`{name}`" for name in _NAMES[:_NAMES.index("spans_digest")])
 
 
-def _add(table, names, ctx) -> str:
+def _add(table, names, ctx) -> list[str]:
     columns = {c.name: c for c in table.columns}
     adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {columns[n].ddl()}" for n in names)
-    return f"ALTER TABLE {table.name}{ctx.on_cluster} {adds}"
+    return ctx.alter(table.name, adds, distributed=True)
 
 
 def statements(ctx):
-    out = [_add(TRACES, TRACE_COLUMNS, ctx), _add(TRACES_BY_START, TRACE_COLUMNS, ctx)]
-    out += [_add(t, ROLLUP_COLUMNS, ctx) for t in (ROLLUP_MINUTE, ROLLUP_HOUR, ROLLUP_6H, ROLLUP_DAY, ROLLUP_HOUR_ALL,
-                                                   ROLLUP_6H_ALL, ROLLUP_DAY_ALL)]
+    out = [*_add(TRACES, TRACE_COLUMNS, ctx), *_add(TRACES_BY_START, TRACE_COLUMNS, ctx)]
+    out += [s for t in (ROLLUP_MINUTE, ROLLUP_HOUR, ROLLUP_6H, ROLLUP_DAY, ROLLUP_HOUR_ALL, ROLLUP_6H_ALL, ROLLUP_DAY_ALL)
+            for s in _add(t, ROLLUP_COLUMNS, ctx)]
     out += [
         f"DROP VIEW IF EXISTS traces_by_start_mv{ctx.on_cluster}",
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv{ctx.on_cluster} TO traces_by_start"
-        f" AS SELECT {ALL_COLUMNS} FROM traces",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv{ctx.on_cluster} TO {ctx.local('traces_by_start')}"
+        f" AS SELECT {ALL_COLUMNS} FROM {ctx.local('traces')}",
     ]
     return out

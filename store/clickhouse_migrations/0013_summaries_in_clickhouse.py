@@ -26,10 +26,10 @@ def _ddl(table, name: str) -> str:
 def statements(ctx):
     adds = f"ADD COLUMN IF NOT EXISTS {_ddl(TRACES, 'spans_digest')}, ADD COLUMN IF NOT EXISTS {_ddl(TRACES, 'loadtest')}"
     return [
-        f"ALTER TABLE spans{ctx.on_cluster} ADD COLUMN IF NOT EXISTS {_ddl(SPANS, 'loadtest_run_id')}",
-        f"ALTER TABLE traces{ctx.on_cluster} {adds}",
-        f"ALTER TABLE traces_by_start{ctx.on_cluster} {adds}",
+        *ctx.alter("spans", f"ADD COLUMN IF NOT EXISTS {_ddl(SPANS, 'loadtest_run_id')}", distributed=True),
+        *ctx.alter("traces", adds, distributed=True),
+        *ctx.alter("traces_by_start", adds, distributed=True),
         f"DROP VIEW IF EXISTS traces_by_start_mv{ctx.on_cluster}",
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv{ctx.on_cluster} TO traces_by_start"
-        f" AS SELECT {ALL_COLUMNS} FROM traces",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv{ctx.on_cluster} TO {ctx.local('traces_by_start')}"
+        f" AS SELECT {ALL_COLUMNS} FROM {ctx.local('traces')}",
     ]

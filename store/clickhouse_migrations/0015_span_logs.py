@@ -6,4 +6,4 @@ from store.schema import SPAN_LOGS
 
 
 def statements(ctx):
-    return [ctx.create(SPAN_LOGS)]
+    return ctx.create(SPAN_LOGS)

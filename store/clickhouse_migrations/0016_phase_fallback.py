@@ -13,4 +13,4 @@ from store.schema import SPANS
 
 def statements(ctx):
     column = {c.name: c for c in SPANS.columns}["phase_fallback"]
-    return [f"ALTER TABLE spans{ctx.on_cluster} ADD COLUMN IF NOT EXISTS {column.ddl()} AFTER phase"]
+    return ctx.alter("spans", f"ADD COLUMN IF NOT EXISTS {column.ddl()} AFTER phase", distributed=True)

@@ -5,4 +5,4 @@ from store.schema import ENGINE_SAMPLES
 
 
 def statements(ctx):
-    return [ctx.create(ENGINE_SAMPLES)]
+    return ctx.create(ENGINE_SAMPLES)

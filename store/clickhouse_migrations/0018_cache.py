@@ -23,10 +23,10 @@ def _ddl(table, name: str) -> str:
 
 def statements(ctx):
     return [
-        f"ALTER TABLE spans{ctx.on_cluster} ADD COLUMN IF NOT EXISTS {_ddl(SPANS, 'cache')} AFTER phase_fallback",
-        f"ALTER TABLE traces{ctx.on_cluster} ADD COLUMN IF NOT EXISTS {_ddl(TRACES, 'cache')}",
-        f"ALTER TABLE traces_by_start{ctx.on_cluster} ADD COLUMN IF NOT EXISTS {_ddl(TRACES_BY_START, 'cache')}",
+        *ctx.alter("spans", f"ADD COLUMN IF NOT EXISTS {_ddl(SPANS, 'cache')} AFTER phase_fallback", distributed=True),
+        *ctx.alter("traces", f"ADD COLUMN IF NOT EXISTS {_ddl(TRACES, 'cache')}", distributed=True),
+        *ctx.alter("traces_by_start", f"ADD COLUMN IF NOT EXISTS {_ddl(TRACES_BY_START, 'cache')}", distributed=True),
         f"DROP VIEW IF EXISTS traces_by_start_mv{ctx.on_cluster}",
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv{ctx.on_cluster} TO traces_by_start"
-        f" AS SELECT {ALL_COLUMNS} FROM traces",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv{ctx.on_cluster} TO {ctx.local('traces_by_start')}"
+        f" AS SELECT {ALL_COLUMNS} FROM {ctx.local('traces')}",
     ]

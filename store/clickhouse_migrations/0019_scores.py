@@ -5,4 +5,4 @@ from store.schema import SCORES
 
 
 def statements(ctx):
-    return [ctx.create(SCORES)]
+    return ctx.create(SCORES)

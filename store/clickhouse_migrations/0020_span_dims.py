@@ -13,4 +13,4 @@ from store.schema import SPANS
 
 def statements(ctx):
     dims = {c.name: c for c in SPANS.columns}["dims"].ddl()
-    return [f"ALTER TABLE spans{ctx.on_cluster} ADD COLUMN IF NOT EXISTS {dims}"]
+    return ctx.alter("spans", f"ADD COLUMN IF NOT EXISTS {dims}", distributed=True)

@@ -16,7 +16,8 @@ class Command(BaseCommand):
     def handle(self, *args, plan=False, check=False, **options):
         store = get_store()
         ctx = MigrationContext(
-            retention_days=settings.TRACEDASH_RETENTION_DAYS, cluster=settings.TRACEDASH_CLICKHOUSE_CLUSTER
+            retention_days=settings.TRACEDASH_RETENTION_DAYS, cluster=settings.TRACEDASH_CLICKHOUSE_CLUSTER,
+            database=store.database,
         )
         try:
             todo = pending(store, ctx)

@@ -1,0 +1,16 @@
+ALTER TABLE spans_local ON CLUSTER `tracedash` ADD COLUMN IF NOT EXISTS `cache` UInt8 AFTER phase_fallback;
+
+ALTER TABLE spans ON CLUSTER `tracedash` ADD COLUMN IF NOT EXISTS `cache` UInt8 AFTER phase_fallback;
+
+ALTER TABLE traces_local ON CLUSTER `tracedash` ADD COLUMN IF NOT EXISTS `cache` UInt8;
+
+ALTER TABLE traces ON CLUSTER `tracedash` ADD COLUMN IF NOT EXISTS `cache` UInt8;
+
+ALTER TABLE traces_by_start_local ON CLUSTER `tracedash` ADD COLUMN IF NOT EXISTS `cache` UInt8;
+
+ALTER TABLE traces_by_start ON CLUSTER `tracedash` ADD COLUMN IF NOT EXISTS `cache` UInt8;
+
+DROP VIEW IF EXISTS traces_by_start_mv ON CLUSTER `tracedash`;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv ON CLUSTER `tracedash` TO traces_by_start_local AS SELECT `project_id`, `trace_id`, `start_time`, `e2e_ns`, `has_root`, `spans_start`, `spans_end`, `root_name`, `service`, `model`, `services`, `models`, `phases`, `status`, `error_message`, `ttft_ns`, `tpot_ns`, `input_tokens`, `output_tokens`, `cost_usd`, `cost_estimated`, `span_count`, `network_ns`, `preprocess_ns`, `inference_ns`, `postprocess_ns`, `other_ns`, `version`, `error_spans`, `model_input_tokens`, `model_output_tokens`, `model_cost_usd`, `spans_digest`, `loadtest`, `cache` FROM traces_local;
+

@@ -1,0 +1,24 @@
+CREATE TABLE IF NOT EXISTS scores_local ON CLUSTER `tracedash`
+(
+    `project_id` UInt64,
+    `trace_id` FixedString(32),
+    `span_id` String CODEC(ZSTD(1)),
+    `name` LowCardinality(String),
+    `score_id` String CODEC(ZSTD(1)),
+    `data_type` LowCardinality(String),
+    `value` Float64,
+    `string_value` String CODEC(ZSTD(1)),
+    `source` LowCardinality(String),
+    `author` String CODEC(ZSTD(1)),
+    `comment` String CODEC(ZSTD(1)),
+    `time` DateTime64(3, 'UTC') CODEC(DoubleDelta, ZSTD(1)),
+    `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/scores_local', '{replica}', ingested_at)
+ORDER BY (project_id, trace_id, span_id, name, score_id)
+TTL toDateTime(time) + toIntervalDay(30)
+SETTINGS index_granularity = 8192, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800;
+
+CREATE TABLE IF NOT EXISTS scores ON CLUSTER `tracedash` AS scores_local
+ENGINE = Distributed('tracedash', 'tracedash', scores_local, cityHash64(trace_id));
+

@@ -1,0 +1,4 @@
+ALTER TABLE spans_local ON CLUSTER `tracedash` ADD COLUMN IF NOT EXISTS `dims` Map(LowCardinality(String), String) DEFAULT mapUpdate(mapFilter((k, v) -> v != '' AND length(v) <= 256, resource_attributes), mapFilter((k, v) -> v != '' AND length(v) <= 256, attributes)) CODEC(ZSTD(1));
+
+ALTER TABLE spans ON CLUSTER `tracedash` ADD COLUMN IF NOT EXISTS `dims` Map(LowCardinality(String), String) DEFAULT mapUpdate(mapFilter((k, v) -> v != '' AND length(v) <= 256, resource_attributes), mapFilter((k, v) -> v != '' AND length(v) <= 256, attributes)) CODEC(ZSTD(1));
+

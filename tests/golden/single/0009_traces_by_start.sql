@@ -1,0 +1,48 @@
+CREATE TABLE IF NOT EXISTS traces_by_start
+(
+    `project_id` UInt64,
+    `trace_id` FixedString(32),
+    `start_time` DateTime64(9, 'UTC') CODEC(DoubleDelta, ZSTD(1)),
+    `e2e_ns` UInt64 CODEC(T64, ZSTD(1)),
+    `has_root` UInt8,
+    `spans_start` DateTime64(9, 'UTC') CODEC(ZSTD(1)),
+    `spans_end` DateTime64(9, 'UTC') CODEC(ZSTD(1)),
+    `root_name` LowCardinality(String),
+    `service` LowCardinality(String),
+    `model` LowCardinality(String),
+    `services` Array(LowCardinality(String)),
+    `models` Array(LowCardinality(String)),
+    `phases` Array(LowCardinality(String)),
+    `status` LowCardinality(String),
+    `error_message` String CODEC(ZSTD(1)),
+    `ttft_ns` Nullable(UInt64) CODEC(ZSTD(1)),
+    `tpot_ns` Nullable(Float64) CODEC(ZSTD(1)),
+    `input_tokens` UInt64 CODEC(T64, ZSTD(1)),
+    `output_tokens` UInt64 CODEC(T64, ZSTD(1)),
+    `cost_usd` Nullable(Float64) CODEC(ZSTD(1)),
+    `cost_estimated` UInt8,
+    `span_count` UInt32 CODEC(T64, ZSTD(1)),
+    `network_ns` UInt64 CODEC(T64, ZSTD(1)),
+    `preprocess_ns` UInt64 CODEC(T64, ZSTD(1)),
+    `inference_ns` UInt64 CODEC(T64, ZSTD(1)),
+    `postprocess_ns` UInt64 CODEC(T64, ZSTD(1)),
+    `other_ns` UInt64 CODEC(T64, ZSTD(1)),
+    `version` UInt64,
+    `error_spans` UInt32 CODEC(T64, ZSTD(1)),
+    `model_input_tokens` Map(String, UInt64) CODEC(ZSTD(1)),
+    `model_output_tokens` Map(String, UInt64) CODEC(ZSTD(1)),
+    `model_cost_usd` Map(String, Float64) CODEC(ZSTD(1)),
+    `spans_digest` UInt64 DEFAULT 0,
+    `loadtest` UInt8 DEFAULT 0,
+    `cache` UInt8
+)
+ENGINE = ReplacingMergeTree(version)
+PARTITION BY toDate(start_time)
+ORDER BY (project_id, start_time, trace_id)
+TTL toDateTime(start_time) + toIntervalDay(30)
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv TO traces_by_start AS SELECT `project_id`, `trace_id`, `start_time`, `e2e_ns`, `has_root`, `spans_start`, `spans_end`, `root_name`, `service`, `model`, `services`, `models`, `phases`, `status`, `error_message`, `ttft_ns`, `tpot_ns`, `input_tokens`, `output_tokens`, `cost_usd`, `cost_estimated`, `span_count`, `network_ns`, `preprocess_ns`, `inference_ns`, `postprocess_ns`, `other_ns`, `version` FROM traces;
+
+INSERT INTO traces_by_start (`project_id`, `trace_id`, `start_time`, `e2e_ns`, `has_root`, `spans_start`, `spans_end`, `root_name`, `service`, `model`, `services`, `models`, `phases`, `status`, `error_message`, `ttft_ns`, `tpot_ns`, `input_tokens`, `output_tokens`, `cost_usd`, `cost_estimated`, `span_count`, `network_ns`, `preprocess_ns`, `inference_ns`, `postprocess_ns`, `other_ns`, `version`) SELECT `project_id`, `trace_id`, `start_time`, `e2e_ns`, `has_root`, `spans_start`, `spans_end`, `root_name`, `service`, `model`, `services`, `models`, `phases`, `status`, `error_message`, `ttft_ns`, `tpot_ns`, `input_tokens`, `output_tokens`, `cost_usd`, `cost_estimated`, `span_count`, `network_ns`, `preprocess_ns`, `inference_ns`, `postprocess_ns`, `other_ns`, `version` FROM traces;
+

@@ -1,0 +1,20 @@
+CREATE TABLE IF NOT EXISTS span_logs
+(
+    `project_id` UInt64,
+    `trace_id` FixedString(32),
+    `span_id` String CODEC(ZSTD(1)),
+    `time` DateTime64(9, 'UTC') CODEC(ZSTD(1)),
+    `event_name` LowCardinality(String),
+    `severity` LowCardinality(String),
+    `body` String CODEC(ZSTD(1)),
+    `attributes` Map(LowCardinality(String), String) CODEC(ZSTD(1)),
+    `service` LowCardinality(String),
+    `resource_attributes` Map(LowCardinality(String), String) CODEC(ZSTD(1)),
+    `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = MergeTree
+PARTITION BY toDate(time)
+ORDER BY (project_id, trace_id, time)
+TTL toDateTime(time) + toIntervalDay(30)
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000;
+
