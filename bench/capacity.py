@@ -16,7 +16,8 @@ less than wall time when the machine is shared with other work. Four phases:
 2. **Store** (the ClickHouse half): the same spans, parsed by ``ingest.schemas.parse_spans`` as
    the server does, inserted with ``Store.insert`` in batches of the size the server's group
    commit made, until the merges they cause have finished: the store's CPU per 1,000 spans.
-   **Web = server total − store.**
+   **Web = server total − store.** Those distinct spans, stored once and merged, also give the
+   bytes per span of prompt-heavy traffic (every model call carries its 1–4 KB prompt).
 3. **Disk, summaries, rollups**: ``--spans`` realistic spans (``bench/load_spans.py``'s generator)
    over ``--minutes`` minutes into a fresh embedded store; then
    - summaries: ``analytics.summarizer.traces_summarize_ids`` (the summariser's INSERT … SELECT,
@@ -209,8 +210,16 @@ def measure_store(store, scenarios, request_numbers, *, batch: int, total_rows: 
     log("\n      waiting for the merges…")
     _wait_merges(store)
     used = _cpu() - cpu
+    # The same distinct rows once (every model call carries a 1–4 KB prompt): what prompt-heavy spans take on disk.
     store.command("TRUNCATE TABLE spans", tag="bench.capacity.truncate")
-    return {"rows": inserted, "batch": batch, "cpu_s": round(used, 2), "store_cpu_s_per_1000_spans": used / inserted * 1000}
+    distinct = rows[:len(native.templates) * native.batch]  # the bodies repeat the templates' prompts after these
+    store.insert("spans", distinct, tag="bench.capacity.heavy", dedup_token=secrets.token_hex(16))
+    store.command("OPTIMIZE TABLE spans FINAL", tag="bench.capacity.optimize")
+    on_disk, stored = store.query("SELECT sum(bytes_on_disk), sum(rows) FROM system.parts WHERE database = currentDatabase() "
+                                  "AND table = 'spans' AND active", tag="bench.capacity.heavy_parts").rows[0]
+    store.command("TRUNCATE TABLE spans", tag="bench.capacity.truncate")
+    return {"rows": inserted, "batch": batch, "cpu_s": round(used, 2), "store_cpu_s_per_1000_spans": used / inserted * 1000,
+            "prompt_heavy_bytes_per_span": int(on_disk) / max(int(stored), 1), "prompt_heavy_rows": int(stored)}
 
 
 def measure_summaries(store, *, rounds: int, prices: dict) -> dict:
@@ -389,6 +398,8 @@ def report(result: dict, *, rates, retention_days, utilisation: float, alt_rollu
         ["rollup schedule", f"every {f['rollup_interval_s']:g} s, last {f['rollup_window_s']:g} s", "settings"],
         ["spans per trace", f"{f['spans_per_trace']:.2f}", "bench/load_spans.py generator"],
         ["spans on disk", f"{f['bytes_per_span']:,.1f} B / span", f"compressed {disk['compression_ratio_spans']:.1f}x, after OPTIMIZE FINAL"],
+        ["spans on disk, prompt-heavy", f"{result['store'].get('prompt_heavy_bytes_per_span', 0):,.1f} B / span",
+         f"{result['store'].get('prompt_heavy_rows', 0):,} bench/ingest.py spans: every model call with a 1-4 KB prompt"],
         ["traces + traces_by_start", f"{f['bytes_per_trace']:,.1f} B / trace", "after OPTIMIZE FINAL"],
         ["rollups (every level)", f"{f['rollup_bytes_per_minute'] / 1000:,.1f} KB / minute",
          f"{disk['rollup_minute_rows_per_minute']:.0f} rollup_minute rows a minute"],
