@@ -28,7 +28,7 @@ def summarize_traces() -> dict:
         total.spans += report.spans
         total.seconds += report.seconds
 
-    run_by_project("traces-summarize", work)
+    run_by_project(summarizer.SUMMARIZE_LEASE, work)
     return {"projects": total.projects, "traces": total.traces, "spans": total.spans, "seconds": total.seconds}
 
 
