@@ -140,13 +140,16 @@ def summaries_bring_up_to_date(project_id: int) -> None:
     """Summarise what arrived since the summariser's last run (incremental; cheap when nothing did),
     unless the periodic summariser brought the project up to date within ``SUMMARIES_FRESH_SECONDS``
     (or two of its intervals, if longer): then a second run per alert round (one per rule window)
-    would only repeat its work while ingestion is busy, and the figures are at most that old."""
-    from analytics.summarizer import summaries_fresh, traces_summarize
+    would only repeat its work while ingestion is busy, and the figures are at most that old.
+    It runs under the summariser's lease of the project: while a summariser (here or in another
+    worker) is summarising that project, this round leaves it to that run instead of repeating it."""
+    from analytics.summarizer import SUMMARIZE_LEASE, summaries_fresh, traces_summarize
+    from server.leases import run_by_project
 
     within = max(SUMMARIES_FRESH_SECONDS, 2 * settings.TRACEDASH_SUMMARIZE_SECONDS)
     if summaries_fresh(project_id=project_id, within_seconds=within):
         return
-    traces_summarize(project_ids=[project_id])
+    run_by_project(SUMMARIZE_LEASE, lambda batch: traces_summarize(project_ids=batch), [project_id])
 
 
 def _ms(when: datetime) -> int:

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from server.leases import lease_name
+
 from .models import (AlertEvent, AlertRule, AlertSeries, EvaluationLease, Notification, NotificationChannel,
                      SeriesState, Silence)
 from .services import LEASE_NAME, alert_labels
@@ -63,7 +65,7 @@ def alerts_overview(*, project_id: int) -> dict:
         "channels": list(NotificationChannel.objects.filter(project_id=project_id)),
         "silences": list(Silence.objects.filter(project_id=project_id, ends_at__gt=now - timedelta(days=1))),
         "events": list(AlertEvent.objects.filter(project_id=project_id).select_related("rule")[:100]),
-        "evaluation": EvaluationLease.objects.filter(name=LEASE_NAME).first(),
+        "evaluation": EvaluationLease.objects.filter(name=lease_name(LEASE_NAME, project_id)).first(),
         "notifications": list(Notification.objects.filter(project_id=project_id)
                               .select_related("rule", "channel").prefetch_related("attempt_log")[:50]),
     }

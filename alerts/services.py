@@ -3,12 +3,17 @@ silences, acknowledgements, and the default rules of a new project.
 
 The round (``alerts_evaluate_round``), what the Celery beat entry ``alerts-evaluate`` runs:
 
-1. take the evaluation lease (one conditional UPDATE, atomic on SQLite and PostgreSQL): a second
-   worker running the same round at the same time skips it, so nothing is evaluated or notified
-   twice; a crashed holder's lease expires after ``LEASE_SECONDS``;
+1. claim the projects' evaluation leases a few at a time (``server.leases``: ``SELECT … FOR
+   UPDATE SKIP LOCKED`` on PostgreSQL, one conditional UPDATE on SQLite): rounds running at the
+   same time (several workers, or two beats) share the projects and never evaluate one twice; a
+   crashed holder's leases expire after ``LEASE_SECONDS``. Each claimed batch is steps 2-3;
 2. run each distinct (project, source, window[, model]) query once, shared by all its rules;
 3. step every series through the state machine (alerts.state_machine) and write the transitions,
-   the history (AlertEvent) and the notifications of groups that are due, in one transaction;
+   the history (AlertEvent) and the notifications of groups that are due, in one transaction.
+   A series is rewritten only if it is still as this round read it (state and ``updated_at``):
+   should another evaluator have written it meanwhile (a lease that expired under a round that
+   ran too long), the batch's transaction is rolled back, so no transition, history entry or
+   notification is ever written twice; the next round evaluates those projects again;
 4. after commit: hand new and due notifications to delivery (a Celery task with a broker; a small
    thread pool in the embedded mode, so a slow receiver never holds up the next round) and push
    the change to open pages (Channels).
@@ -31,12 +36,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, transaction
-from django.db.models import F, Q
+from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from . import metrics, notifiers
-from .models import (AlertEvent, AlertRule, AlertSeries, DeliveryAttempt, EvaluationLease, Notification,
+from .models import (AlertEvent, AlertRule, AlertSeries, DeliveryAttempt, Notification,
                      NotificationChannel, NotificationGroup, Silence)
 from .silences import matchers_validate, silenced
 from .state_machine import FIRING, PENDING, RESOLVED, RuleSpec, State, step
@@ -55,7 +60,9 @@ _HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 
 @dataclass
 class RoundReport:
-    skipped: bool = False
+    skipped: bool = False  # every project was being evaluated by another round
+    projects: int = 0  # projects this round evaluated
+    conflicts: int = 0  # batches given up because another evaluator wrote their series first
     rules: int = 0
     series: int = 0
     queries: int = 0
@@ -63,37 +70,6 @@ class RoundReport:
     notifications: list[int] = field(default_factory=list)
     errors: dict[int, str] = field(default_factory=dict)  # rule id -> error
     seconds: float = 0.0
-
-
-# --- lease ---------------------------------------------------------------------------------------
-
-def lease_acquire(*, name: str = LEASE_NAME, holder: str, seconds: float = LEASE_SECONDS) -> bool:
-    now = timezone.now()
-    try:
-        try:
-            EvaluationLease.objects.get_or_create(name=name)
-        except IntegrityError:  # another worker created it at the same moment
-            pass
-        taken = (EvaluationLease.objects.filter(name=name)
-                 .filter(Q(expires_at__isnull=True) | Q(expires_at__lt=now) | Q(holder=holder))
-                 .update(holder=holder, expires_at=now + timedelta(seconds=seconds)))
-    except OperationalError as exc:
-        # SQLite: another evaluator is writing the lease right now ("database is locked"): it
-        # holds the round; this one is skipped, exactly as if the UPDATE had matched no row.
-        if "locked" not in str(exc):
-            raise
-        log.info("evaluation lease busy (%s); round skipped", exc)
-        return False
-    return taken == 1
-
-
-def lease_release(*, name: str = LEASE_NAME, holder: str, round_ms: float | None = None, error: str = "") -> None:
-    now = timezone.now()
-    fields = {"expires_at": now, "last_round_at": now, "last_error": error[:2000]}
-    if round_ms is not None:
-        fields["last_round_ms"] = round_ms
-    EvaluationLease.objects.filter(name=name, holder=holder).update(**fields)
-    EvaluationLease.objects.filter(name=name, holder=holder).update(rounds=F("rounds") + 1)
 
 
 # --- the round -----------------------------------------------------------------------------------
@@ -150,32 +126,61 @@ def _fetch_key(rule: AlertRule) -> tuple:
 
 def alerts_evaluate_round(*, now: datetime | None = None, deliver: str = "queue", holder: str | None = None,
                           project_ids: list[int] | None = None) -> RoundReport:
-    """Evaluate every enabled rule once at ``now`` (default: the clock).
+    """Evaluate every enabled rule once at ``now`` (default: the clock), project by project under
+    the projects' evaluation leases (a project another round holds is left to it).
 
     ``deliver``: ``queue`` hands notifications to background delivery, ``inline`` delivers them
     before returning (tests, benchmarks), ``none`` leaves them for the next round's sweep."""
+    from server.leases import run_by_project
+
     started = time.perf_counter()
     now = now or timezone.now()
     holder = holder or f"{_HOLDER}:{threading.get_ident()}:{uuid.uuid4().hex[:6]}"
     report = RoundReport()
-    if not lease_acquire(holder=holder):
-        report.skipped = True
-        return report
-    error = ""
+    if project_ids is None:
+        from projects.models import Project
+
+        project_ids = list(Project.objects.order_by("pk").values_list("pk", flat=True))
     try:
-        _evaluate(now, report, project_ids)
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
+        done = run_by_project(LEASE_NAME, lambda batch: _evaluate_batch(now, report, batch), project_ids,
+                              holder=holder, seconds=LEASE_SECONDS)
+    except Exception:
         log.exception("alert evaluation round failed")
         raise
     finally:
         report.seconds = time.perf_counter() - started
-        lease_release(holder=holder, round_ms=report.seconds * 1000, error=error)
+    report.projects = len(done)
+    report.skipped = bool(project_ids) and not done
     if deliver == "inline":
         notifications_deliver_due(now=now)
     elif deliver == "queue":
         notifications_enqueue_due(now=now)
     return report
+
+
+class _Conflict(Exception):
+    """Another evaluator wrote one of this batch's series after this one read it."""
+
+
+def _evaluate_batch(now: datetime, report: RoundReport, project_ids: list[int]) -> None:
+    """Evaluate these projects; when another evaluator changed one of their series meanwhile (its
+    lease had expired under a round that ran too long), nothing of this batch is written: the
+    transaction is rolled back, so no transition and no notification is written twice."""
+    batch = RoundReport()
+    try:
+        _evaluate(now, batch, project_ids)
+    except (_Conflict, IntegrityError) as exc:
+        report.conflicts += 1
+        report.errors.update(batch.errors)
+        log.warning("alert evaluation of project(s) %s skipped: another evaluator wrote their series meanwhile (%s)",
+                    project_ids, exc)
+        return
+    report.rules += batch.rules
+    report.series += batch.series
+    report.queries += batch.queries
+    report.transitions += batch.transitions
+    report.notifications += batch.notifications
+    report.errors.update(batch.errors)
 
 
 def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None) -> None:
@@ -263,6 +268,8 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
                 continue
             if not dirty:
                 continue
+            if not new:
+                series.guard = (series.state, series.updated_at)  # what this round read (_series_update_many)
             for name in _STATE_FIELDS:
                 setattr(series, name, getattr(after, name))
             if labels is not None:
@@ -289,9 +296,9 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
         if creates:
             AlertSeries.objects.bulk_create(creates, batch_size=500)
         if updates:
-            _series_update_many(updates, _UPDATE_FIELDS)
+            _series_update_many(updates, _UPDATE_FIELDS, guarded=True)
         if heartbeats:
-            _series_update_many(heartbeats, _HEARTBEAT_FIELDS)
+            _series_update_many(heartbeats, _HEARTBEAT_FIELDS, guarded=True)
         if deletes:
             AlertSeries.objects.filter(pk__in=deletes).delete()
         if events:
@@ -313,6 +320,7 @@ def _disabled_rules_settle(now: datetime, project_ids: list[int] | None, report:
         return
     events = []
     for series in rows:
+        series.guard = (series.state, series.updated_at)
         to_state = RESOLVED if series.state == FIRING else "inactive"
         events.append(AlertEvent(project_id=series.project_id, rule_id=series.rule_id, series_key=series.key,
                                  labels=series.labels, from_state=series.state, to_state=to_state, value=None,
@@ -324,7 +332,7 @@ def _disabled_rules_settle(now: datetime, project_ids: list[int] | None, report:
         series.acknowledged_by_id = None
         series.updated_at = now
     with transaction.atomic():
-        _series_update_many(rows, _UPDATE_FIELDS)
+        _series_update_many(rows, _UPDATE_FIELDS, guarded=True)
         AlertEvent.objects.bulk_create(events)
         projects = sorted({s.project_id for s in rows})
         transaction.on_commit(lambda: _push_live(projects))
@@ -343,18 +351,43 @@ class _SeriesRow:
         self.__dict__.update(values)
 
 
-def _series_update_many(rows: list[_SeriesRow], names: tuple[str, ...]) -> None:
+def _series_update_many(rows: list[_SeriesRow], names: tuple[str, ...], *, guarded: bool = False) -> None:
     """One prepared UPDATE by primary key, run for every row (executemany): Django's bulk_update
-    builds a CASE per field and row, which costs seconds for a few thousand series."""
+    builds a CASE per field and row, which costs seconds for a few thousand series.
+
+    ``guarded``: each row is written only if its state and ``updated_at`` are still what this
+    round read (``row.guard``); when any is not, another evaluator wrote it meanwhile and
+    ``_Conflict`` is raised, which rolls the round's transaction back (nothing written twice)."""
     from django.db import connection
 
     fields = [AlertSeries._meta.get_field(name) for name in names]
     quote = connection.ops.quote_name
     sql = (f"UPDATE {quote(AlertSeries._meta.db_table)} SET "
            + ", ".join(f"{quote(f.column)} = %s" for f in fields) + f" WHERE {quote('id')} = %s")
-    params = [[f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields] + [row.id] for row in rows]
+
+    def values(row):
+        return [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields] + [row.id]
+
+    if not guarded:
+        with connection.cursor() as cursor:
+            cursor.executemany(sql, [values(row) for row in rows])
+        return
+    updated_field = AlertSeries._meta.get_field("updated_at")
+    seen = [row for row in rows if row.guard[1] is not None]
+    never = [row for row in rows if row.guard[1] is None]
+    written = 0
     with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+        if seen:
+            cursor.executemany(sql + f" AND {quote('state')} = %s AND {quote('updated_at')} = %s",
+                               [values(row) + [row.guard[0], updated_field.get_db_prep_save(row.guard[1], connection)]
+                                for row in seen])
+            written += cursor.rowcount
+        if never:
+            cursor.executemany(sql + f" AND {quote('state')} = %s AND {quote('updated_at')} IS NULL",
+                               [values(row) + [row.guard[0]] for row in never])
+            written += cursor.rowcount
+    if written != len(rows):
+        raise _Conflict(f"{len(rows) - written} of {len(rows)} series changed since they were read")
 
 
 def _rules_health_save(rules: list[AlertRule], errors: dict[int, str], now: datetime) -> None:

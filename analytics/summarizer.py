@@ -51,6 +51,9 @@ class SummarizeReport:
     trace_ids: dict[int, list[str]] = field(default_factory=dict)  # per project (capped)
 
 
+SUMMARIZE_LEASE = "traces-summarize"  # the per-project lease name of a summariser run (server.leases)
+
+
 def _clock_ns() -> int:
     """ClickHouse's clock (the one that stamps ``ingested_at``), in unix ns."""
     return int(get_store().query("SELECT toUnixTimestamp64Nano(now64(9)) AS now_ns", tag="analytics.summarizer.clock").scalar())

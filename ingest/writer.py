@@ -372,6 +372,11 @@ def get_writer() -> IngestWriter:
     return _writer
 
 
+def current_writer() -> IngestWriter | None:
+    """The process's writer if one was started (none is started by asking)."""
+    return _writer
+
+
 def stop_writer(timeout: float = 120.0) -> bool:
     """Stop the process's writer (if started): True when its threads have ended."""
     global _writer
@@ -383,4 +388,5 @@ def stop_writer(timeout: float = 120.0) -> bool:
         return stopped
 
 
-__all__ = ["IngestWriter", "Outcome", "Overloaded", "SpoolFull", "get_writer", "stop_writer", "new_token"]
+__all__ = ["IngestWriter", "Outcome", "Overloaded", "SpoolFull", "current_writer", "get_writer", "stop_writer",
+           "new_token"]

@@ -377,13 +377,16 @@ def test_default_rules_are_installed_for_each_new_project(project_with_key):
 
 
 def test_the_lease_lets_one_round_run_at_a_time(project):
-    assert services.lease_acquire(holder="a")
-    assert not services.lease_acquire(holder="b")
+    from server.leases import leases_claim, leases_release
+
+    gpu_rule(project)
+    assert leases_claim(job=services.LEASE_NAME, project_ids=[project.pk], holder="a") == [project.pk]
+    assert leases_claim(job=services.LEASE_NAME, project_ids=[project.pk], holder="b") == []
     report = alerts_evaluate_round(now=T0, holder="b", deliver="none")
-    assert report.skipped
-    services.lease_release(holder="a")
-    assert services.lease_acquire(holder="b")
-    services.lease_release(holder="b")
+    assert report.skipped and report.projects == 0 and report.rules == 0
+    leases_release(job=services.LEASE_NAME, project_ids=[project.pk], holder="a")
+    report = alerts_evaluate_round(now=T0, holder="b", deliver="none")
+    assert not report.skipped and report.projects == 1 and report.rules == 1
 
 
 def test_payload_round_trips_through_json(project, hook):
@@ -426,14 +429,17 @@ def test_concurrent_rounds_evaluate_and_notify_once(project_with_key, hook):
 
 
 @pytest.mark.django_db
-def test_a_dead_holders_lease_expires():
+def test_a_dead_holders_lease_expires(project):
     from django.utils import timezone
 
     from alerts.models import EvaluationLease
+    from server.leases import lease_name, leases_claim
 
-    assert services.lease_acquire(holder="dead")
-    EvaluationLease.objects.filter(name=services.LEASE_NAME).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert services.lease_acquire(holder="alive")
+    assert leases_claim(job=services.LEASE_NAME, project_ids=[project.pk], holder="dead") == [project.pk]
+    assert alerts_evaluate_round(now=T0, holder="alive", deliver="none").skipped
+    EvaluationLease.objects.filter(name=lease_name(services.LEASE_NAME, project.pk)) \
+        .update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert alerts_evaluate_round(now=T0, holder="alive", deliver="none").projects == 1
 
 
 def test_disabling_a_firing_rule_resolves_its_series(project):

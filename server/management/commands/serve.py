@@ -4,6 +4,11 @@ Applies both migrations (Django's and ClickHouse's), makes sure a local admin ac
 project exist (printing the credentials once, on first start), starts the in-process beat when no
 broker is configured, and serves the ASGI app with uvicorn until Ctrl-C.
 
+``--workers N`` (a ClickHouse server only: embedded chdb is one process's) serves with N worker
+processes on one socket, bound here and shared, each with its own group-commit writer
+(``server.worker_app``); this process supervises them and runs the one in-process beat (none when
+Celery beat runs the schedule).
+
 Ctrl-C (SIGINT) or SIGTERM stops it in a fixed order (``server.shutdown``).
 """
 
@@ -24,6 +29,7 @@ from server.shutdown import DemoFirstServer, StopNotes, hard_exit, main_thread, 
 
 log = logging.getLogger("tracedash.serve")
 DEMO_KEY_NAME = "demo (make run)"
+WORKER_GRACE_SECONDS = 30  # --workers N: how long a stopping worker waits for its open connections
 
 
 class Command(BaseCommand):
@@ -81,8 +87,7 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"tracedash: serving on http://{shown}:{port}/  (Ctrl-C stops)"))
             self.stdout.flush()
             if workers > 1:
-                uvicorn.run("config.asgi:application", host=host, port=port, workers=workers, lifespan="off",
-                            log_level="info", proxy_headers=True, access_log=False)
+                failed = not self._serve_workers(host, port, workers)
             else:
                 config = uvicorn.Config(_asgi_app(), host=host, port=port, lifespan="off", log_level="info",
                                         proxy_headers=True, access_log=False)
@@ -119,6 +124,34 @@ class Command(BaseCommand):
             hard_exit(0 if clean and not failed else 1)
         if failed:
             raise CommandError(f"could not serve on {host}:{port}")
+
+    def _serve_workers(self, host, port, workers) -> bool:
+        """``workers`` processes serving one socket, bound here once and handed to each (uvicorn's
+        supervisor, as ``uvicorn --workers`` runs it); each has its own group-commit writer, started
+        and stopped by the ASGI lifespan (server.worker_app). Ctrl-C or SIGTERM: every worker stops
+        accepting, answers its open requests (at most ``WORKER_GRACE_SECONDS``), flushes its writer
+        and ends; then this process stops the beat and returns. False when it could not serve."""
+        from uvicorn.config import STARTUP_FAILURE
+        from uvicorn.supervisors import Multiprocess
+
+        config = uvicorn.Config("server.worker_app:application", host=host, port=port, workers=workers,
+                                lifespan="on", log_level="info", proxy_headers=True, access_log=False,
+                                timeout_graceful_shutdown=WORKER_GRACE_SECONDS)
+        try:
+            sock = config.bind_socket()
+        except SystemExit:  # uvicorn's answer to an address it cannot listen on (logged by it)
+            self.stderr.write(f"tracedash: could not serve on {host}:{port} (see the error above; "
+                              "PORT and HOST choose another address)")
+            return False
+        supervisor = Multiprocess(config, sockets=[sock])
+        try:
+            supervisor.run()
+        finally:
+            sock.close()
+        if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
+            self.stderr.write("tracedash: a web worker could not start (see the error above)")
+            return False
+        return True
 
     def _start_demo(self, host, port):
         """The demo workload (simulated LLM chat service + OpenAI-compatible simulator), sending
