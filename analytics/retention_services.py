@@ -4,7 +4,7 @@ The ClickHouse TTL of each table (``TRACEDASH_RETENTION_DAYS``, store.schema) st
 upper bound and drops whole day partitions. A project whose retention is shorter has its older
 rows removed here, table by table, with a lightweight ``DELETE`` (chdb and a server take the same
 statement; a partition holds every project's day, so it cannot be dropped for one project).
-Run daily by the beat entry ``retention-enforce`` (analytics.tasks.enforce_retention).
+Run daily by the beat entry ``retention-enforce`` (server.tasks, task name analytics.tasks.enforce_retention).
 
 Rollup buckets are deleted when the bucket starts before the cutoff, so nothing older than the
 retention stays visible in any aggregate either (the hour, six-hour and day rollups outlive the

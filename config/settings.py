@@ -148,7 +148,7 @@ CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
     "options": {"expires": ENV.alerts_evaluate_seconds},  # a round that waited a whole interval is stale
 }
 
-# Per-trace summaries and rollups (analytics.tasks): the summariser fills `traces` from newly
+# Per-trace summaries and rollups (server.tasks, named analytics.tasks.*): the summariser fills `traces` from newly
 # ingested spans; the rollup task recomputes the minutes it marked and the late-arrival window,
 # then their hours and days. Both are idempotent, so an overlapping or repeated run is harmless.
 TRACEDASH_SUMMARIZE_SECONDS = ENV.summarize_seconds

@@ -105,7 +105,7 @@ def test_concurrent_runs_never_hold_one_project_at_the_same_time():
 
 @pytest.mark.clickhouse
 def test_the_summarize_task_leaves_a_held_project_to_its_holder(projects):
-    from analytics.tasks import summarize_traces
+    from server.tasks import summarize_traces
 
     leases_claim(job="traces-summarize", project_ids=projects[:1], holder="another-worker")
     report = summarize_traces()

@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers over the summariser and rollup services (beat entries
+"""The analytics' Celery tasks (named ``analytics.tasks.*``): thin wrappers over the summariser, rollup and retention services (beat entries
 ``traces-summarize``, ``rollups-update`` and ``retention-enforce`` in settings.CELERY_BEAT_SCHEDULE).
 
 Each run works project by project under per-project leases (``server.leases``): when several
@@ -12,7 +12,7 @@ from celery import shared_task
 
 from server.leases import run_by_project
 
-from . import retention_services, rollup_services, summarizer
+from analytics import retention_services, rollup_services, summarizer
 
 RETENTION_LEASE_SECONDS = 900  # a project's deletes may take a while on a large table
 
