@@ -94,13 +94,27 @@ def leases_claim(*, job: str, project_ids: Iterable[int], holder: str, limit: in
             pick = (Lease.objects.filter(name__in=names).filter(_free(now))
                     .order_by(F("last_round_at").asc(nulls_first=True), "name").values("name")[:limit])
             Lease.objects.filter(name__in=pick).filter(_free(now)).update(holder=holder, expires_at=until)
+        taken = list(Lease.objects.filter(name__in=names, holder=holder, expires_at=until).values_list("name", flat=True))
     except OperationalError as exc:
         if "locked" not in str(exc):  # SQLite busy past its timeout: nothing claimed this time
             raise
         log.info("%s: leases busy (%s); nothing claimed", job, exc)
+        # The UPDATE may have gone through before the read-back failed: give back what it took.
+        _retry_locked(lambda: Lease.objects.filter(name__in=names, holder=holder).update(expires_at=now))
         return []
-    taken = Lease.objects.filter(name__in=names, holder=holder, expires_at=until).values_list("name", flat=True)
     return sorted(by_name[name] for name in taken)
+
+
+def _retry_locked(write, attempts: int = 40, pause: float = 0.05):
+    """Run ``write``, again while SQLite answers that the database (or table) is locked: a
+    release must not be lost to a concurrent writer (the lease would wait for its expiry)."""
+    for attempt in range(attempts):
+        try:
+            return write()
+        except OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(pause)
 
 
 def leases_release(*, job: str, project_ids: Iterable[int], holder: str, round_ms: float | None = None,
@@ -113,7 +127,7 @@ def leases_release(*, job: str, project_ids: Iterable[int], holder: str, round_m
     fields = {"expires_at": now, "last_round_at": now, "last_error": error[:2000], "rounds": F("rounds") + 1}
     if round_ms is not None:
         fields["last_round_ms"] = round_ms
-    _model().objects.filter(name__in=names, holder=holder).update(**fields)
+    _retry_locked(lambda: _model().objects.filter(name__in=names, holder=holder).update(**fields))
 
 
 def run_by_project(job: str, work: Callable[[list[int]], None], project_ids: Iterable[int] | None = None, *,
