@@ -8,6 +8,8 @@ expire and another worker takes its projects over."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from celery import shared_task
 
 from server.leases import run_by_project
@@ -17,47 +19,35 @@ from analytics import retention_services, rollup_services, summarizer
 RETENTION_LEASE_SECONDS = 900  # a project's deletes may take a while on a large table
 
 
-@shared_task(name="analytics.tasks.summarize_traces", ignore_result=True)
-def summarize_traces() -> dict:
-    total = summarizer.SummarizeReport()
+def _numbers(report) -> dict[str, int | float]:
+    return {f.name: getattr(report, f.name) for f in fields(report) if isinstance(getattr(report, f.name), (int, float))}
+
+
+def _by_project(job: str, run, empty, **lease) -> dict:
+    """``run(project_ids=…)`` over every project under ``job``'s per-project leases; the numeric
+    fields of its reports (projects, counts, seconds), summed over the batches, starting from
+    those of ``empty`` (the answer when no project was worked on)."""
+    total = _numbers(empty)
 
     def work(project_ids):
-        report = summarizer.traces_summarize(project_ids=project_ids)
-        total.projects += report.projects
-        total.traces += report.traces
-        total.spans += report.spans
-        total.seconds += report.seconds
+        for name, value in _numbers(run(project_ids=project_ids)).items():
+            total[name] += value
 
-    run_by_project(summarizer.SUMMARIZE_LEASE, work)
-    return {"projects": total.projects, "traces": total.traces, "spans": total.spans, "seconds": total.seconds}
+    run_by_project(job, work, **lease)
+    return total
+
+
+@shared_task(name="analytics.tasks.summarize_traces", ignore_result=True)
+def summarize_traces() -> dict:
+    return _by_project(summarizer.SUMMARIZE_LEASE, summarizer.traces_summarize, summarizer.SummarizeReport())
 
 
 @shared_task(name="analytics.tasks.update_rollups", ignore_result=True)
 def update_rollups() -> dict:
-    total = rollup_services.RollupReport()
-
-    def work(project_ids):
-        report = rollup_services.rollups_update(project_ids=project_ids)
-        total.projects += report.projects
-        total.minutes += report.minutes
-        total.hours += report.hours
-        total.days += report.days
-        total.seconds += report.seconds
-
-    run_by_project("rollups-update", work)
-    return {"projects": total.projects, "minutes": total.minutes, "hours": total.hours, "days": total.days,
-            "seconds": total.seconds}
+    return _by_project("rollups-update", rollup_services.rollups_update, rollup_services.RollupReport())
 
 
 @shared_task(name="analytics.tasks.enforce_retention", ignore_result=True)
 def enforce_retention() -> dict:
-    total = retention_services.RetentionReport()
-
-    def work(project_ids):
-        report = retention_services.retention_enforce(project_ids=project_ids)
-        total.projects += report.projects
-        total.statements += report.statements
-        total.seconds += report.seconds
-
-    run_by_project("retention-enforce", work, seconds=RETENTION_LEASE_SECONDS)
-    return {"projects": total.projects, "statements": total.statements, "seconds": total.seconds}
+    return _by_project("retention-enforce", retention_services.retention_enforce, retention_services.RetentionReport(),
+                       seconds=RETENTION_LEASE_SECONDS)
