@@ -77,7 +77,7 @@ class GroupedSeries:
 # trace, from one scan of the spans in the window's range widened for clock skew and late spans.
 # Both read ``spans.dims`` (the span's short values, span attribute over resource attribute, filled
 # at insert), never the attribute maps with their prompts; a value over
-# store.schema.DIM_VALUE_MAX characters does not group.
+# store.schema.DIM_VALUE_MAX bytes does not group.
 SPAN_VALUE_SQL = "dims[{attr_key:String}]"
 
 

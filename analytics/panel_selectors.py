@@ -29,7 +29,6 @@ _FILTER = """project_id = {project_id:UInt64} AND has_root = 1
   AND ({model:String} = '' OR model = {model:String})"""
 
 
-
 def window_requests_sql(columns: str) -> str:
     """The window's requests (the rows ``_FILTER`` selects of each trace's latest summary) with
     ``columns`` (names of ``traces`` columns, comma-separated; ``trace_id`` among them for a join),

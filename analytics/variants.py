@@ -4,8 +4,8 @@ window, each figure with its difference from the first value (the baseline) and 
 
 Which trace belongs to a value: a trace carrying the key on any span (span attribute, or resource
 attribute such as ``service.version``) belongs to the value of its *earliest* span carrying it
-(``argMin(value, (start_time, span_id))``: ties by span id), so a trace whose spans carry two values counts once, under the
-first. Requests are the window's traces with a root (DOMAIN.md), their status the root's.
+(``argMin(value, (start_time, span_id))``: ties by span id), so a trace whose spans carry two
+values counts once, under the first. Requests are the window's traces with a root (DOMAIN.md), their status the root's.
 
 Round trips: ``top_values`` (the default values, when none are given), ``key_suggestions``, then
 three reads side by side: request figures (with a uniform sample of at most ``SAMPLE_CAP`` per-trace
