@@ -153,21 +153,21 @@ SELECT
     if(cost_spans > 0, cost_sum, NULL) AS cost_usd, toUInt8(cost_estimated) AS cost_estimated, span_count,
     {phases},
     {{version:UInt64}} AS version, error_spans,
-    mapFilter((k, v) -> v != 0, mapFromArrays(if(calls_have_tokens, call_in_by.1, all_in_by.1),
-                                              if(calls_have_tokens, call_in_by.2, all_in_by.2))) AS model_input_tokens,
-    mapFilter((k, v) -> v != 0, mapFromArrays(if(calls_have_tokens, call_out_by.1, all_out_by.1),
-                                              if(calls_have_tokens, call_out_by.2, all_out_by.2))) AS model_output_tokens,
-    mapFilter((k, v) -> v != 0, mapFromArrays(cost_by.1, cost_by.2)) AS model_cost_usd,
+    mapFilter((k, v) -> v != 0, mapFromArrays(by_model.1, if(calls_have_tokens, by_model.2, by_model.4))) AS model_input_tokens,
+    mapFilter((k, v) -> v != 0, mapFromArrays(by_model.1, if(calls_have_tokens, by_model.3, by_model.5))) AS model_output_tokens,
+    mapFilter((k, v) -> v != 0, mapFromArrays(by_model.1, by_model.6)) AS model_cost_usd,
     digest + {_PRICES_HASH} AS spans_digest, toUInt8(loadtest) AS loadtest, toUInt8(cache_max) AS cache
 FROM (
     SELECT *, {levels}
     FROM (
     SELECT *,
         -- each span's own time, clipped to the root: (start, end, priority)
-        arrayFilter(s -> s.2 > s.1 AND s.3 > 0, arrayMap(k -> (greatest(CE[k].2, lo), least(CE[k + 1].2, hi),
-            if(CE[k].1 = CE[k + 1].1 AND cover[k] = 0, epris[CE[k].1], 0)), range(1, toUInt64(length(CE))))) AS own,
+        -- (consecutive boundaries of one span with nothing open between them: a self segment)
+        arrayFilter(s -> s.2 > s.1 AND s.3 > 0, arrayMap((p, pn, t, tn, c) -> (greatest(t, lo), least(tn, hi),
+            if(p = pn AND c = 0, epris[p], 0)), arrayPopBack(CE.1), arrayPopFront(CE.1), arrayPopBack(CE.2),
+            arrayPopFront(CE.2), arrayPopBack(cover))) AS own,
         arraySort(arrayConcat(arrayMap(s -> (s.1, toInt8(1), s.3), own), arrayMap(s -> (s.2, toInt8(-1), s.3), own))) AS GE,
-        arrayMap(i -> if(i < length(GE), GE[i + 1].1 - GE[i].1, 0), arrayEnumerate(GE)) AS glen
+        arrayPopFront(arrayPushBack(arrayDifference(GE.1), 0)) AS glen
     FROM (
     SELECT *,
         arrayCumSum(arrayMap(e -> toInt64(e.3), CE)) AS cover
@@ -209,10 +209,9 @@ FROM (
             countIf(ph = 'inference' AND (input_tokens > 0 OR output_tokens > 0)) > 0 AS calls_have_tokens,
             sumIf(toUInt64(input_tokens), ph = 'inference') AS call_in, sum(toUInt64(input_tokens)) AS all_in,
             sumIf(toUInt64(output_tokens), ph = 'inference') AS call_out, sum(toUInt64(output_tokens)) AS all_out,
-            sumMapIf([toString(model)], [toUInt64(input_tokens)], ph = 'inference') AS call_in_by,
-            sumMap([toString(model)], [toUInt64(input_tokens)]) AS all_in_by,
-            sumMapIf([toString(model)], [toUInt64(output_tokens)], ph = 'inference') AS call_out_by,
-            sumMap([toString(model)], [toUInt64(output_tokens)]) AS all_out_by,
+            sumMap([toString(model)], [if(ph = 'inference', toUInt64(input_tokens), 0)],
+                   [if(ph = 'inference', toUInt64(output_tokens), 0)], [toUInt64(input_tokens)],
+                   [toUInt64(output_tokens)], [ifNull(cost, 0)]) AS by_model,
             argMinIf(model, (st, sid), ph = 'inference') AS call_model,
             argMinIf(model, (st, sid), model != '') AS any_model,
             countIf(ph = 'inference' AND ttft IS NOT NULL) > 0 AS has_ttft,
@@ -221,7 +220,6 @@ FROM (
             countIf(cost IS NOT NULL) AS cost_spans,
             sumIf(assumeNotNull(cost), cost IS NOT NULL) AS cost_sum,
             max(estimated) AS cost_estimated,
-            sumMapIf([toString(model)], [assumeNotNull(cost)], cost IS NOT NULL) AS cost_by,
             arraySort(groupUniqArrayIf(toString(service), service != '')) AS services,
             arraySort(groupUniqArrayIf(toString(model), model != '')) AS models,
             arraySort(groupUniqArrayIf(toString(raw_phase), raw_phase != '')) AS phases,
@@ -257,4 +255,5 @@ FROM (
     ))))))
 )
 )
+SETTINGS parallel_view_processing = 1
 """
