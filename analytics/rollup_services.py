@@ -9,8 +9,11 @@ one, and the bucket is recomputed from the summaries), and a key that vanished f
 trace moved to another model when its model call arrived) is written as a zero row.
 
 Which minutes: those the summariser marked in ``rollup_dirty`` since this job's watermark (minus an
-overlap, as the summariser does), plus every minute of the late-arrival window
-(``TRACEDASH_ROLLUP_LATE_SECONDS``), re-covered on every run that has marks whatever they say.
+overlap, as the summariser does) — every minute a summary was written in, or moved out of — and, as a
+safety net, every minute of the late-arrival window (``TRACEDASH_ROLLUP_LATE_SECONDS``), re-covered
+whatever the marks say by a run with marks at most every ``TRACEDASH_ROLLUP_LATE_EVERY_SECONDS``
+(its own watermark, ``rollup_late``). Re-covering the window on every 10 s run aggregated each trace
+about 66 times; once a minute, about 17 (the current minute's runs plus the window's).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from .summarizer import _clock_ns, watermark_get, watermark_set
 from analytics.trace_math import PHASES
 
 JOB = "rollup"
+LATE_JOB = "rollup_late"  # when the late-arrival window was last re-covered
 NS = 1_000_000_000
 MINUTE, HOUR, DAY = 60, 3600, 86400
 SIX_HOURS = 6 * HOUR
@@ -234,6 +238,7 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         project_ids = list(Project.objects.values_list("pk", flat=True))
     overlap_ms = int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000)
     late = int(settings.TRACEDASH_ROLLUP_LATE_SECONDS)
+    late_every_ms = int(settings.TRACEDASH_ROLLUP_LATE_EVERY_SECONDS * 1000)
     for project_id in project_ids:
         report.projects += 1
         clock = _clock_ns()
@@ -244,9 +249,12 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         if not marked:
             continue  # nothing was summarised: no rollup can have changed (and nothing is written)
         now_s = (now_ns or clock) // NS
-        window = range(_floor(now_s - late, MINUTE), _floor(now_s, MINUTE) + MINUTE, MINUTE)
+        cover_window = until_ms - watermark_get(project_id=project_id, job=LATE_JOB) >= late_every_ms
+        window = range(_floor(now_s - late, MINUTE), _floor(now_s, MINUTE) + MINUTE, MINUTE) if cover_window else ()
         minutes, hours, days = rollup_minutes_recompute(project_id=project_id,
                                                         minutes=[int(r[0]) for r in marked] + list(window))
+        if cover_window:
+            watermark_set(project_id=project_id, job=LATE_JOB, value=until_ms)
         report.minutes += minutes
         report.hours += hours
         report.days += days

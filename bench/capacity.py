@@ -66,6 +66,18 @@ def log(message: str, end: str = "\n") -> None:
 
 
 # --- the arithmetic (pure) -------------------------------------------------------------------------
+def _rollup_cpu(f: dict, traces_per_s: float) -> float:
+    """CPU-seconds per second of the rollup task (see ``capacity_table``)."""
+    def run(traces: float) -> float:
+        return f["rollup_run_cpu_s"] + traces / 1000 * f["rollup_cpu_s_per_1000_traces"]
+
+    interval = f["rollup_interval_s"]
+    every = f.get("rollup_late_every_s") or interval
+    if every <= interval:  # every run re-covers the window
+        return run(traces_per_s * f["rollup_window_s"]) / interval
+    return run(traces_per_s * min(60.0, f["rollup_window_s"])) / interval + run(traces_per_s * f["rollup_window_s"]) / every
+
+
 def capacity_table(figures: dict, *, rates=DEFAULT_RATES, retention_days=DEFAULT_RETENTION,
                    utilisation: float = DEFAULT_UTILISATION) -> list[dict]:
     """One row per span rate. ``figures`` (all CPU in seconds):
@@ -75,8 +87,10 @@ def capacity_table(figures: dict, *, rates=DEFAULT_RATES, retention_days=DEFAULT
     - ``summary_cpu_s_per_1000_spans``: the summariser's work per span summarised (once each);
     - ``rollup_run_cpu_s``: one rollup run's fixed cost (its window recomputed with no traces);
     - ``rollup_cpu_s_per_1000_traces``: the added cost per 1,000 traces in the recomputed window;
-    - ``rollup_interval_s``, ``rollup_window_s``: a run every interval recomputes the last window
-      (so each trace is recomputed about window / interval times);
+    - ``rollup_interval_s``, ``rollup_window_s``, ``rollup_late_every_s``: a run every interval
+      recomputes the minutes the summariser marked (the current minute's traces: at most a minute
+      of traffic), and the whole late-arrival window every ``rollup_late_every_s`` (absent or not
+      above the interval: on every run, as before TRACEDASH_ROLLUP_LATE_EVERY_SECONDS);
     - ``spans_per_trace``;
     - ``bytes_per_span`` (spans), ``bytes_per_trace`` (traces + traces_by_start),
       ``rollup_bytes_per_minute`` (every rollup level, per minute of traffic).
@@ -91,8 +105,7 @@ def capacity_table(figures: dict, *, rates=DEFAULT_RATES, retention_days=DEFAULT
     for rate in rates:
         traces_per_s = rate / f["spans_per_trace"]
         web_cpu = rate / 1000 * f["web_cpu_s_per_1000_spans"]
-        traces_in_window = traces_per_s * f["rollup_window_s"]
-        rollup_cpu = (f["rollup_run_cpu_s"] + traces_in_window / 1000 * f["rollup_cpu_s_per_1000_traces"]) / f["rollup_interval_s"]
+        rollup_cpu = _rollup_cpu(f, traces_per_s)
         store_cpu = rate / 1000 * f["store_cpu_s_per_1000_spans"]
         summary_cpu = rate / 1000 * f["summary_cpu_s_per_1000_spans"]
         clickhouse_cpu = store_cpu + summary_cpu + rollup_cpu
@@ -357,6 +370,7 @@ def measure(args) -> dict:
         "rollup_cpu_s_per_1000_traces": rollups["rollup_cpu_s_per_1000_traces"],
         "rollup_interval_s": float(settings.TRACEDASH_ROLLUP_SECONDS),
         "rollup_window_s": float(window_s),
+        "rollup_late_every_s": float(settings.TRACEDASH_ROLLUP_LATE_EVERY_SECONDS),
         "spans_per_trace": loaded["spans"] / loaded["traces"],
         "bytes_per_span": disk["bytes_per_span"],
         "bytes_per_trace": disk["bytes_per_trace"],
@@ -395,7 +409,8 @@ def report(result: dict, *, rates, retention_days, utilisation: float, alt_rollu
          f"{result['rollups']['window_minutes']} empty minutes + their hours, 6 h, days"],
         ["rollup, per trace", f"{ms(f['rollup_cpu_s_per_1000_traces'])} ms CPU / 1k traces",
          f"{result['rollups']['window_minutes']} minutes holding {result['rollups']['traces_in_window']:,} traces, minus fixed"],
-        ["rollup schedule", f"every {f['rollup_interval_s']:g} s, last {f['rollup_window_s']:g} s", "settings"],
+        ["rollup schedule", f"every {f['rollup_interval_s']:g} s the marked minutes; the last {f['rollup_window_s']:g} s "
+         f"every {f.get('rollup_late_every_s') or f['rollup_interval_s']:g} s", "settings"],
         ["spans per trace", f"{f['spans_per_trace']:.2f}", "bench/load_spans.py generator"],
         ["spans on disk", f"{f['bytes_per_span']:,.1f} B / span", f"compressed {disk['compression_ratio_spans']:.1f}x, after OPTIMIZE FINAL"],
         ["spans on disk, prompt-heavy", f"{result['store'].get('prompt_heavy_bytes_per_span', 0):,.1f} B / span",

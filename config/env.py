@@ -40,7 +40,8 @@ VARIABLES: dict[str, str] = {
     "TRACEDASH_ALERTS_EVALUATE_SECONDS": "how often alert rules are evaluated (beat entry alerts-evaluate); default 5",
     "TRACEDASH_SUMMARIZE_SECONDS": "how often new spans are summarised into per-trace rows (beat entry traces-summarize); default 2",
     "TRACEDASH_ROLLUP_SECONDS": "how often the minute/hour/day rollups are updated (beat entry rollups-update); default 10",
-    "TRACEDASH_ROLLUP_LATE_SECONDS": "minutes this recent are recomputed by every rollup run (late arrivals); default 600",
+    "TRACEDASH_ROLLUP_LATE_SECONDS": "the late-arrival window: minutes this recent are recomputed as a safety net beside the marked ones; default 600",
+    "TRACEDASH_ROLLUP_LATE_EVERY_SECONDS": "how often a rollup run re-covers the whole late-arrival window (the marked minutes are recomputed on every run); default 60",
     "TRACEDASH_EMAIL_URL": "smtp://user:pass@host:587 (smtps:// for TLS on connect, ?starttls=1) for alert email; unset: emails are written to the log",
     "TRACEDASH_EMAIL_FROM": "sender address of alert email; default tracedash@localhost",
     "TRACEDASH_PUBLIC_URL": "the dashboard's public base URL, linked from alert notifications; default none",
@@ -93,6 +94,7 @@ class Env:
     summarize_seconds: float
     rollup_seconds: float
     rollup_late_seconds: int
+    rollup_late_every_seconds: int
     email: dict
     email_from: str
     public_url: str
@@ -375,6 +377,8 @@ def load(environ=None) -> Env:
         summarize_seconds=float(_positive_int(environ, "TRACEDASH_SUMMARIZE_SECONDS", 2, maximum=3600)),
         rollup_seconds=float(_positive_int(environ, "TRACEDASH_ROLLUP_SECONDS", 10, maximum=3600)),
         rollup_late_seconds=_positive_int(environ, "TRACEDASH_ROLLUP_LATE_SECONDS", 600, minimum=0, maximum=7 * 86400),
+        rollup_late_every_seconds=_positive_int(environ, "TRACEDASH_ROLLUP_LATE_EVERY_SECONDS", 60, minimum=0,
+                                                maximum=86400),
         email=parse_email_url(_get(environ, "TRACEDASH_EMAIL_URL")),
         email_from=_get(environ, "TRACEDASH_EMAIL_FROM") or "tracedash@localhost",
         public_url=_public_url(environ),

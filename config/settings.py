@@ -157,7 +157,8 @@ TRACEDASH_SUMMARIZE_BATCH_TRACES = 50_000  # traces summarised per INSERT … SE
 TRACEDASH_SUMMARIZE_MAX_SPANS = 200_000  # per project and run; a backlog is worked off over several runs
 TRACEDASH_TRACE_MAX_SECONDS = 3600  # longest trace a bulk rebuild (manage.py summarize_traces) expects
 TRACEDASH_ROLLUP_SECONDS = ENV.rollup_seconds
-TRACEDASH_ROLLUP_LATE_SECONDS = ENV.rollup_late_seconds  # minutes this recent are recomputed on every run
+TRACEDASH_ROLLUP_LATE_SECONDS = ENV.rollup_late_seconds  # the late-arrival window, re-covered as a safety net
+TRACEDASH_ROLLUP_LATE_EVERY_SECONDS = ENV.rollup_late_every_seconds  # ... at most this often (marked minutes: every run)
 CELERY_BEAT_SCHEDULE["traces-summarize"] = {
     "task": "analytics.tasks.summarize_traces",
     "schedule": TRACEDASH_SUMMARIZE_SECONDS,

@@ -38,6 +38,16 @@ def test_one_rate_worked_by_hand():
     assert row["disk_bytes"] == {7: pytest.approx(7 * per_day), 30: pytest.approx(30 * per_day)}
 
 
+def test_the_late_window_recovered_less_often_costs_less():
+    # Marked minutes every 10 s (at most a minute of traces: 60,000), the 600 s window every 60 s.
+    figures = dict(FIGURES, rollup_late_every_s=60.0)
+    (row,) = capacity_table(figures, rates=[10_000], retention_days=[7])
+    assert row["rollup_cpu"] == pytest.approx((0.2 + 60 * 0.01) / 10 + (0.2 + 600 * 0.01) / 60)
+    # Not above the interval: every run covers the window, as without the figure.
+    (same,) = capacity_table(dict(FIGURES, rollup_late_every_s=10.0), rates=[10_000], retention_days=[7])
+    assert same["rollup_cpu"] == pytest.approx(0.62)
+
+
 def test_scales_with_rate_and_utilisation():
     low, high = capacity_table(FIGURES, rates=[1_000, 100_000], retention_days=[90], utilisation=1.0)
     assert high["web_cpu"] == pytest.approx(100 * low["web_cpu"])

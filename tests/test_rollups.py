@@ -405,3 +405,34 @@ def test_a_stream_whose_tokens_all_came_with_the_first_rolls_up(project_with_key
     start = datetime.fromtimestamp((now - 600 * NS) / NS, tz=timezone.utc)
     stats = rollups.window_stats(project_id=project.pk, start=start, end=datetime.now(timezone.utc))
     assert stats.requests == 6 and stats.tpot_ms[0.5] is not None
+
+
+def test_the_late_window_is_recovered_at_most_once_an_interval(project_with_key, settings):
+    """Marked minutes are recomputed on every run; the whole late-arrival window only when
+    TRACEDASH_ROLLUP_LATE_EVERY_SECONDS have passed since it last was (or on every run at 0)."""
+    settings.TRACEDASH_ROLLUP_LATE_SECONDS = 600
+    settings.TRACEDASH_ROLLUP_LATE_EVERY_SECONDS = 3600
+    project, _ = project_with_key()
+    rng = random.Random(11)
+    window_minutes = 600 // 60 + 1  # (plus the current minute; one more when it straddles a boundary)
+
+    insert_spans(project.pk, random_trace(rng, start_ns=time.time_ns() - 120 * NS))
+    summarizer.traces_summarize(project_ids=[project.pk])
+    first = rollup_services.rollups_update(project_ids=[project.pk])
+    assert first.minutes >= window_minutes  # the first run covers the window
+
+    late_start = time.time_ns() - 3 * 3600 * NS  # a late trace, hours before the window
+    insert_spans(project.pk, random_trace(rng, start_ns=late_start))
+    summarizer.traces_summarize(project_ids=[project.pk])
+    second = rollup_services.rollups_update(project_ids=[project.pk])
+    assert 1 <= second.minutes <= 2  # only the marked minute(s): the window was covered an instant ago
+    minute = utc(late_start // (60 * NS) * 60 * NS)
+    requests = get_store().query(
+        "SELECT sum(requests) FROM rollup_minute FINAL WHERE project_id = {p:UInt64} AND bucket = {b:DateTime('UTC')}",
+        {"p": project.pk, "b": minute.strftime("%Y-%m-%d %H:%M:%S")}, tag="tests.rollups.late_minute").scalar()
+    assert int(requests) == 1  # the late trace is in its minute's rollup all the same
+
+    settings.TRACEDASH_ROLLUP_LATE_EVERY_SECONDS = 0
+    insert_spans(project.pk, random_trace(rng, start_ns=time.time_ns() - 60 * NS))
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert rollup_services.rollups_update(project_ids=[project.pk]).minutes >= window_minutes
