@@ -29,23 +29,34 @@ _FILTER = """project_id = {project_id:UInt64} AND has_root = 1
   AND ({model:String} = '' OR model = {model:String})"""
 
 
-def window_requests_sql(columns: str) -> str:
-    """The window's requests (the rows ``_FILTER`` selects of each trace's latest summary) with
-    ``columns`` (names of ``traces`` columns, comma-separated; ``trace_id`` among them for a join),
-    read from ``traces_by_start``: ordered by start, a window reads only its own granules, where
-    ``traces`` (ordered by trace id) reads the whole of every column it touches (on 10 M spans,
-    ``trace_id`` alone: ~190 ms for any window). A trace's latest summary is taken among its rows
-    that start within an hour of the window (``traces_by_start`` keeps a summary under each start it
-    had: a root that arrives late moves it), as the spans of a trace are read elsewhere."""
+def latest_summaries_sql(columns: str, ranges: list[tuple[str, str]], *, unit: str = "Milli",
+                         where: str = "1") -> str:
+    """Each trace's latest summary (``columns``: names of ``traces`` columns, comma-separated) among
+    those starting in ``ranges`` (pairs of parameter names: [from, to), unix ms or ns by ``unit``),
+    that ``where`` (on the summary) also selects — read from ``traces_by_start`` alone. Ordered by
+    start, it reads only the ranges' granules, where ``traces`` (ordered by trace id) reads the whole
+    of every column it touches to find a few traces by id (on 10 M spans, ``trace_id`` alone: ~190 ms
+    however short the range). A trace's latest summary is taken among its rows that start within an
+    hour of a range (``traces_by_start`` keeps a summary under each start it had: a root that arrives
+    late moves it), so a summary whose start moved by more than an hour is read as its older one."""
     names = [c.strip() for c in columns.split(",")]
-    inner = ", ".join(dict.fromkeys(names + ["project_id", "has_root", "start_time", "service", "model"]))
+    inner = ", ".join(dict.fromkeys(names + ["trace_id", "project_id", "has_root", "start_time", "service", "model"]))
+
+    def within(pad: str) -> str:
+        return " OR ".join(f"(start_time >= fromUnixTimestamp64{unit}({{{lo}:Int64}}){pad and ' - ' + pad}"
+                           f" AND start_time < fromUnixTimestamp64{unit}({{{hi}:Int64}}){pad and ' + ' + pad})"
+                           for lo, hi in ranges)
     return f"""SELECT {", ".join(names)} FROM (
     SELECT {inner} FROM traces_by_start
-    WHERE project_id = {{project_id:UInt64}}
-      AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalHour(1)
-      AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
+    WHERE project_id = {{project_id:UInt64}} AND ({within("toIntervalHour(1)")})
     ORDER BY version DESC LIMIT 1 BY trace_id
-) WHERE {_FILTER}"""
+) WHERE ({within("")}) AND ({where})"""
+
+
+def window_requests_sql(columns: str) -> str:
+    """The window's requests (the rows ``_FILTER`` selects of each trace's latest summary) with
+    ``columns`` (``trace_id`` among them for a join): ``latest_summaries_sql`` over the window."""
+    return latest_summaries_sql(columns, [("start_ms", "end_ms")], where=_FILTER)
 
 
 _AGGREGATES = """count() AS requests,

@@ -106,24 +106,21 @@ def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> lis
     return cover(start_s, end_s, sizes)
 
 
-# The latest summary of every trace whose summary starts in one of the edge ranges: candidates by
-# start from ``traces_by_start`` (ordered by time: reads only the edges' granules), the newest
-# version of each by id from ``traces`` (a stale candidate whose start moved is dropped by the
-# range filter on the latest start). Both edges of a window are read by one subquery.
+# The latest summary of every trace whose summary starts in one of the edge ranges, aggregated as a
+# minute's rollup row: read from ``traces_by_start`` alone (panel_selectors.latest_summaries_sql),
+# both edges of a window by one subquery.
+_SCOPE = "has_root = 1 AND ({service:String} = '' OR service = {service:String}) AND ({model:String} = '' OR model = {model:String})"
+
+
 def _edge_rows(edges: list[tuple[int, int, int]], columns: list[str]) -> str:
     keys = ("bucket", "service", "model")
     inner = ", ".join(f"{FROM_TRACES[c]} AS a_{c}" for c in columns if c not in keys)
     outer = ", ".join(c if c in keys else f"a_{c} AS {c}" for c in columns)
-    in_range = " OR ".join(f"(start_time >= fromUnixTimestamp64Nano({{elo{i}:Int64}})"
-                           f" AND start_time < fromUnixTimestamp64Nano({{ehi{i}:Int64}}))" for i, _, _ in edges)
+    latest = panel_selectors.latest_summaries_sql(TRACE_COLUMNS, [(f"elo{i}", f"ehi{i}") for i, _, _ in edges],
+                                                  unit="Nano", where=_SCOPE)
     return (
         f"SELECT {outer} FROM (SELECT toDateTime(intDiv(toUnixTimestamp64Nano(start_time), {MINUTE_NS}) * {MINUTE}, 'UTC')"
-        f" AS bucket, service, model, {inner} FROM (SELECT {TRACE_COLUMNS} FROM traces"
-        " WHERE project_id = {project_id:UInt64} AND trace_id IN (SELECT trace_id FROM traces_by_start"
-        f" WHERE project_id = {{project_id:UInt64}} AND ({in_range}))"
-        " ORDER BY version DESC LIMIT 1 BY trace_id)"
-        f" WHERE has_root = 1 AND ({in_range})"
-        " AND ({service:String} = '' OR service = {service:String}) AND ({model:String} = '' OR model = {model:String})"
+        f" AS bucket, service, model, {inner} FROM ({latest})"
         " GROUP BY bucket, service, model)")
 
 
@@ -274,14 +271,8 @@ class Rate:
         return self.requests / self.seconds if self.seconds else 0.0
 
 
-_RATES_SQL = """SELECT {counts} FROM (
-    SELECT start_time, has_root, service, model FROM traces
-    WHERE project_id = {{project_id:UInt64}} AND trace_id IN (SELECT trace_id FROM traces_by_start
-        WHERE project_id = {{project_id:UInt64}} AND start_time >= fromUnixTimestamp64Nano({{lo:Int64}})
-          AND start_time < fromUnixTimestamp64Nano({{hi:Int64}}))
-    ORDER BY version DESC LIMIT 1 BY trace_id)
-WHERE has_root = 1 AND ({{service:String}} = '' OR service = {{service:String}})
-  AND ({{model:String}} = '' OR model = {{model:String}})"""
+_RATES_SQL = "SELECT {counts} FROM (" + panel_selectors.latest_summaries_sql(
+    "start_time", [("lo", "hi")], unit="Nano", where=_SCOPE).replace("{", "{{").replace("}", "}}") + ")"
 
 
 def request_rates(*, project_id: int, spans: list[tuple[datetime, datetime]], service: str = "",
