@@ -23,10 +23,12 @@ from analytics.trace_math import PHASES
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
-_FILTER = """project_id = {project_id:UInt64} AND has_root = 1
-  AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})
-  AND ({service:String} = '' OR service = {service:String})
+# The requests a page counts (roots) of the service and model it filters by ('' for any).
+SCOPE = """has_root = 1 AND ({service:String} = '' OR service = {service:String})
   AND ({model:String} = '' OR model = {model:String})"""
+_FILTER = f"""project_id = {{project_id:UInt64}}
+  AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}})
+  AND {SCOPE}"""
 
 
 def latest_summaries_sql(columns: str, ranges: list[tuple[str, str]], *, unit: str = "Milli",
@@ -56,7 +58,7 @@ def latest_summaries_sql(columns: str, ranges: list[tuple[str, str]], *, unit: s
 def window_requests_sql(columns: str) -> str:
     """The window's requests (the rows ``_FILTER`` selects of each trace's latest summary) with
     ``columns`` (``trace_id`` among them for a join): ``latest_summaries_sql`` over the window."""
-    return latest_summaries_sql(columns, [("start_ms", "end_ms")], where=_FILTER)
+    return latest_summaries_sql(columns, [("start_ms", "end_ms")], where=SCOPE)
 
 
 _AGGREGATES = """count() AS requests,

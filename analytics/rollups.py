@@ -109,15 +109,12 @@ def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> lis
 # The latest summary of every trace whose summary starts in one of the edge ranges, aggregated as a
 # minute's rollup row: read from ``traces_by_start`` alone (panel_selectors.latest_summaries_sql),
 # both edges of a window by one subquery.
-_SCOPE = "has_root = 1 AND ({service:String} = '' OR service = {service:String}) AND ({model:String} = '' OR model = {model:String})"
-
-
 def _edge_rows(edges: list[tuple[int, int, int]], columns: list[str]) -> str:
     keys = ("bucket", "service", "model")
     inner = ", ".join(f"{FROM_TRACES[c]} AS a_{c}" for c in columns if c not in keys)
     outer = ", ".join(c if c in keys else f"a_{c} AS {c}" for c in columns)
     latest = panel_selectors.latest_summaries_sql(TRACE_COLUMNS, [(f"elo{i}", f"ehi{i}") for i, _, _ in edges],
-                                                  unit="Nano", where=_SCOPE)
+                                                  unit="Nano", where=panel_selectors.SCOPE)
     return (
         f"SELECT {outer} FROM (SELECT toDateTime(intDiv(toUnixTimestamp64Nano(start_time), {MINUTE_NS}) * {MINUTE}, 'UTC')"
         f" AS bucket, service, model, {inner} FROM ({latest})"
@@ -271,8 +268,8 @@ class Rate:
         return self.requests / self.seconds if self.seconds else 0.0
 
 
-_RATES_SQL = "SELECT {counts} FROM (" + panel_selectors.latest_summaries_sql(
-    "start_time", [("lo", "hi")], unit="Nano", where=_SCOPE).replace("{", "{{").replace("}", "}}") + ")"
+_RATES_SOURCE = panel_selectors.latest_summaries_sql("start_time", [("lo", "hi")], unit="Nano",
+                                                     where=panel_selectors.SCOPE)
 
 
 def request_rates(*, project_id: int, spans: list[tuple[datetime, datetime]], service: str = "",
@@ -288,7 +285,7 @@ def request_rates(*, project_id: int, spans: list[tuple[datetime, datetime]], se
               "service": service, "model": model}
     for i, (lo, hi) in enumerate(bounds):
         params[f"lo{i}"], params[f"hi{i}"] = lo, hi
-    r = get_store().query(_RATES_SQL.format(counts=counts), params, tag="analytics.rollups.request_rates").dicts()[0]
+    r = get_store().query(f"SELECT {counts} FROM ({_RATES_SOURCE})", params, tag="analytics.rollups.request_rates").dicts()[0]
     return [Rate(requests=int(r[f"n{i}"]), seconds=(b - a).total_seconds()) for i, (a, b) in enumerate(spans)]
 
 
