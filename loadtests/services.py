@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from config.db_retry import retry_locked
 from projects.models import Project
 
 from .models import LoadTestKey, LoadTestRun
@@ -62,9 +63,10 @@ def load_test_run_fail(*, run: LoadTestRun, error: str, interrupted: bool = Fals
 
 
 def load_test_run_progress(*, run_pk: int, progress: dict) -> None:
-    """Record a running run's live counters (and so its heartbeat)."""
-    LoadTestRun.objects.filter(pk=run_pk, status=LoadTestRun.Status.RUNNING).update(
-        progress=progress, heartbeat_at=timezone.now())
+    """Record a running run's live counters (and so its heartbeat); the last one is the final count
+    the page shows, so a write that meets SQLite's lock is retried, not lost."""
+    retry_locked(lambda: LoadTestRun.objects.filter(pk=run_pk, status=LoadTestRun.Status.RUNNING).update(
+        progress=progress, heartbeat_at=timezone.now()))
 
 
 def _load_test_key_secret(nonce: str) -> str:

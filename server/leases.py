@@ -36,6 +36,8 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from config.db_retry import retry_locked  # a release must not be lost (the lease would wait for its expiry)
+
 log = logging.getLogger("tracedash.leases")
 
 BATCH = 8  # projects claimed at a time: small, so concurrent runs interleave and share the work
@@ -100,21 +102,9 @@ def leases_claim(*, job: str, project_ids: Iterable[int], holder: str, limit: in
             raise
         log.info("%s: leases busy (%s); nothing claimed", job, exc)
         # The UPDATE may have gone through before the read-back failed: give back what it took.
-        _retry_locked(lambda: Lease.objects.filter(name__in=names, holder=holder).update(expires_at=now))
+        retry_locked(lambda: Lease.objects.filter(name__in=names, holder=holder).update(expires_at=now))
         return []
     return sorted(by_name[name] for name in taken)
-
-
-def _retry_locked(write, attempts: int = 40, pause: float = 0.05):
-    """Run ``write``, again while SQLite answers that the database (or table) is locked: a
-    release must not be lost to a concurrent writer (the lease would wait for its expiry)."""
-    for attempt in range(attempts):
-        try:
-            return write()
-        except OperationalError as exc:
-            if "locked" not in str(exc) or attempt == attempts - 1:
-                raise
-            time.sleep(pause)
 
 
 def leases_release(*, job: str, project_ids: Iterable[int], holder: str, round_ms: float | None = None,
@@ -127,7 +117,7 @@ def leases_release(*, job: str, project_ids: Iterable[int], holder: str, round_m
     fields = {"expires_at": now, "last_round_at": now, "last_error": error[:2000], "rounds": F("rounds") + 1}
     if round_ms is not None:
         fields["last_round_ms"] = round_ms
-    _retry_locked(lambda: _model().objects.filter(name__in=names, holder=holder).update(**fields))
+    retry_locked(lambda: _model().objects.filter(name__in=names, holder=holder).update(**fields))
 
 
 def run_by_project(job: str, work: Callable[[list[int]], None], project_ids: Iterable[int] | None = None, *,
