@@ -88,7 +88,8 @@ def _effective_priorities() -> str:
       stops); each step of the fold, ``a = a[a]``, doubles the links followed, so a span ends up at
       the end of its chain. A chain is shorter than the trace, so ceil(log2(spans + 1)) steps cover
       it, and never more than ``INHERIT_DEPTH`` (a fold, not an alias per step: ClickHouse inlines
-      aliases, and ``a[a]`` would double each time);
+      aliases, and ``a[a]`` would double each time); the end counts only where the chain stops (on
+      a cycle of fallback spans the jumps stop on a span of the cycle);
     - only a trace with a model call and a fallback span that has a parent computes it (``if``
       evaluates lazily), and it is written as one expression, so that no intermediate array
       becomes a column of the subquery (which every trace would then pay for)."""
@@ -100,8 +101,12 @@ def _effective_priorities() -> str:
                f" {entries}, arrayEnumerate({entries})))")
     chain_ends = (f"arrayFold((a, step) -> arrayMap(x -> a[x], a), range(least({steps}, toUInt64(ceil(log2(length(sp) + 1))))),"
                   f" arrayMap((i, p) -> if(sp[i].6 = 1 AND p > 0, p, toUInt64(i)), idxs, {parents}))")
-    return (f"if(fallback_children AND calls > 0, arrayMap((i, e) -> if(sp[i].6 = 1 AND e != i AND sp[e].5 = {inference},"
-            f" pris[i] - sp[i].5 + {inference}, pris[i]), idxs, {chain_ends}), pris) AS epris")
+    # A chain ends where it stops (a span that is no fallback one, or whose parent is not in the
+    # trace); on a cycle of fallback spans the jumps stop on some span of the cycle, which ends
+    # nothing: no model call is above them (trace_math.phases_effective).
+    ends_there = f"(sp[e].6 = 0 OR {parents}[e] = 0)"
+    return (f"if(fallback_children AND calls > 0, arrayMap((i, e) -> if(sp[i].6 = 1 AND e != i AND sp[e].5 = {inference}"
+            f" AND {ends_there}, pris[i] - sp[i].5 + {inference}, pris[i]), idxs, {chain_ends}), pris) AS epris")
 
 
 EFFECTIVE_PRIORITIES_SQL = _effective_priorities()
