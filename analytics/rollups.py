@@ -542,9 +542,8 @@ def compare_models(*, project_id: int, start: datetime, end: datetime, model_a: 
 
 
 # Traces that carry attribute ``key`` = value_a or value_b on any span, as a span or resource
-# attribute (``spans.dims``: a release, a variant), joined once with their summaries (from
-# traces_by_start, each trace's newest among those starting within an hour of the window, as
-# panel_selectors.window_requests_sql),
+# attribute (``spans.dims``: a release, a variant), joined once with the window's requests (their
+# latest summaries, panel_selectors.latest_summaries_sql),
 # and per side the window's figures; percentiles as the rollups give them (nearest rank, to 0.5 %).
 def _nearest_rank_sql(name: str, column: str, condition: str = "") -> str:
     """Nearest-rank quantiles as histogram keys, the same log buckets as the rollups (within 0.5 %):
@@ -556,6 +555,9 @@ def _nearest_rank_sql(name: str, column: str, condition: str = "") -> str:
     return f"quantilesExactWeighted({_QS[1:-1]})({key}, toUInt64(1)) AS q_{name}, count() AS n_{name}"
 
 
+_ATTRIBUTE_REQUESTS = panel_selectors.latest_summaries_sql(
+    "trace_id, status, error_spans, e2e_ns, input_tokens, output_tokens, cost_usd, cost_estimated, ttft_ns, tpot_ns, "
+    + ", ".join(f"{p}_ns" for p in PHASES), [("start_ns", "end_ns")], unit="Nano", where=panel_selectors.SCOPE)
 _ATTRIBUTE_SQL = f"""
 WITH tagged AS (
     SELECT trace_id, min(dims[{{key:String}}]) AS side
@@ -563,7 +565,7 @@ WITH tagged AS (
     WHERE project_id = {{project_id:UInt64}}
       AND start_time >= fromUnixTimestamp64Nano({{start_ns:Int64}}) - toIntervalMinute(5)
       AND start_time < fromUnixTimestamp64Nano({{end_ns:Int64}}) + toIntervalHour(1)
-      AND dims[{{key:String}}] IN ({{value_a:String}}, {{value_b:String}})
+      AND mapContains(dims, {{key:String}}) AND dims[{{key:String}}] IN ({{value_a:String}}, {{value_b:String}})
     GROUP BY trace_id
 )
 SELECT side,
@@ -578,21 +580,9 @@ SELECT side,
     {", ".join(_nearest_rank_sql(p, f"{p}_ns", f"{p}_ns > 0") for p in PHASES)}
 FROM (
     SELECT t.*, tagged.side AS side
-    FROM (
-        SELECT trace_id, start_time, service, model, has_root, status, error_spans, e2e_ns, input_tokens, output_tokens, cost_usd,
-               cost_estimated, ttft_ns, tpot_ns, {", ".join(f"{p}_ns" for p in PHASES)}, version
-        FROM traces_by_start
-        WHERE project_id = {{project_id:UInt64}}
-          AND start_time >= fromUnixTimestamp64Nano({{start_ns:Int64}}) - toIntervalHour(1)
-          AND start_time < fromUnixTimestamp64Nano({{end_ns:Int64}}) + toIntervalHour(1)
-    ) AS t
+    FROM ({_ATTRIBUTE_REQUESTS}) AS t
     INNER JOIN tagged USING trace_id
-    ORDER BY version DESC
-    LIMIT 1 BY trace_id
 )
-WHERE has_root = 1
-  AND start_time >= fromUnixTimestamp64Nano({{start_ns:Int64}}) AND start_time < fromUnixTimestamp64Nano({{end_ns:Int64}})
-  AND ({{service:String}} = '' OR service = {{service:String}}) AND ({{model:String}} = '' OR model = {{model:String}})
 GROUP BY side
 """
 
