@@ -35,24 +35,16 @@ def latest_summaries_sql(columns: str, ranges: list[tuple[str, str]], *, unit: s
                          where: str = "1") -> str:
     """Each trace's latest summary (``columns``: names of ``traces`` columns, comma-separated) among
     those starting in ``ranges`` (pairs of parameter names: [from, to), unix ms or ns by ``unit``),
-    that ``where`` (on the summary) also selects — read from ``traces_by_start`` alone. Ordered by
-    start, it reads only the ranges' granules, where ``traces`` (ordered by trace id) reads the whole
-    of every column it touches to find a few traces by id (on 10 M spans, ``trace_id`` alone: ~190 ms
-    however short the range). A trace's latest summary is taken among its rows that start within an
-    hour of a range (``traces_by_start`` keeps a summary under each start it had: a root that arrives
-    late moves it), so a summary whose start moved by more than an hour is read as its older one."""
-    names = [c.strip() for c in columns.split(",")]
-    inner = ", ".join(dict.fromkeys(names + ["trace_id", "project_id", "has_root", "start_time", "service", "model"]))
-
-    def within(pad: str) -> str:
-        return " OR ".join(f"(start_time >= fromUnixTimestamp64{unit}({{{lo}:Int64}}){pad and ' - ' + pad}"
-                           f" AND start_time < fromUnixTimestamp64{unit}({{{hi}:Int64}}){pad and ' + ' + pad})"
-                           for lo, hi in ranges)
-    return f"""SELECT {", ".join(names)} FROM (
-    SELECT {inner} FROM traces_by_start
-    WHERE project_id = {{project_id:UInt64}} AND ({within("toIntervalHour(1)")})
-    ORDER BY version DESC LIMIT 1 BY trace_id
-) WHERE ({within("")}) AND ({where})"""
+    that ``where`` (on the summary) also selects — read from ``traces_by_start`` alone, ``FINAL``.
+    Ordered by start, it reads only the ranges' granules, where ``traces`` (ordered by trace id)
+    reads the whole of every column it touches to find a few traces by id (on 10 M spans,
+    ``trace_id`` alone: ~190 ms however short the range). FINAL keeps the latest version under each
+    start; a summary whose start moved has its old start retired (store.schema.TRACES_BY_START:
+    a row with no spans replaces the old one), so each trace is read once, at its latest start."""
+    within = " OR ".join(f"(start_time >= fromUnixTimestamp64{unit}({{{lo}:Int64}})"
+                         f" AND start_time < fromUnixTimestamp64{unit}({{{hi}:Int64}}))" for lo, hi in ranges)
+    return f"""SELECT {columns} FROM traces_by_start FINAL
+    WHERE project_id = {{project_id:UInt64}} AND ({within}) AND span_count > 0 AND ({where})"""
 
 
 def window_requests_sql(columns: str) -> str:

@@ -197,17 +197,42 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
         store.command(_INSERT_SQL, params, tag="analytics.summarizer.write")
         rows = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
         dirty = set()
+        moved: list[tuple[str, int]] = []
         for row in rows:
             dirty.add(int(row["start_ns"]) // MINUTE_NS)
             before = previous.get(row["trace_id"])
             if before is not None and before["has_root"]:
                 dirty.add(int(before["start_ns"]) // MINUTE_NS)
+            if before is not None and int(before["start_ns"]) != int(row["start_ns"]):
+                moved.append((row["trace_id"], int(before["start_ns"])))
             spans_read += int(row["span_count"])
+        starts_retire(project_id=project_id, moved=moved, version=version)
         if dirty and mark_dirty:
             store.insert("rollup_dirty", [{"project_id": project_id, "bucket": m * MINUTE_NS} for m in sorted(dirty)],
                          tag="analytics.summarizer.mark_dirty")
         written.extend(sorted(r["trace_id"] for r in rows))
     return written, spans_read
+
+
+# A retired start (store.schema.TRACES_BY_START): a row under the start a trace's summary had
+# before, one version below the summary that moved it (which lies under its new start), so that it
+# replaces the old row there under FINAL and the trace counts once, at its new start.
+_RETIRE_SQL = """
+INSERT INTO traces_by_start (project_id, trace_id, start_time, version)
+SELECT {project_id:UInt64}, toFixedString(m.1, 32), fromUnixTimestamp64Nano(toInt64(m.2)), {version:UInt64} - 1
+FROM (SELECT arrayJoin(arrayZip(splitByChar(',', {trace_ids:String}), splitByChar(',', {starts:String}))) AS m)
+"""
+
+
+def starts_retire(*, project_id: int, moved: list[tuple[str, int]], version: int) -> None:
+    """Retire the old starts of the traces whose summary ``version`` moved them (``moved``: trace
+    id, start the previous summary had, unix ns) in ``traces_by_start``. Whoever writes a summary
+    whose start differs from the trace's previous one calls this (the summariser does)."""
+    if moved:
+        get_store().command(_RETIRE_SQL, {"project_id": project_id, "version": int(version),
+                                          "trace_ids": ",".join(t for t, _ in moved),
+                                          "starts": ",".join(str(int(s)) for _, s in moved)},
+                            tag="analytics.summarizer.starts_retire")
 
 
 _BOUND_SQL = """

@@ -122,6 +122,7 @@ def test_0020_span_dims_for_spans_stored_before_it(fresh_store):
 
     ctx = MigrationContext(retention_days=30)
     migrate(fresh_store, ctx)
+    fresh_store.command("ALTER TABLE spans DROP INDEX IF EXISTS idx_dims_keys", tag="tests.downgrade")  # 0021 indexes it
     fresh_store.command("ALTER TABLE spans DROP COLUMN dims", tag="tests.downgrade")
     insert = ("INSERT INTO spans (project_id, trace_id, span_id, start_time, attributes, resource_attributes)"
               " SELECT 1, {t:String}, {s:String}, now64(9),"
@@ -140,3 +141,27 @@ def test_0020_span_dims_for_spans_stored_before_it(fresh_store):
     expected = {"tier": "pro", "host.name": "gpu-1", "empty": "from-resource", "edge": "y" * DIM_VALUE_MAX}
     rows = fresh_store.query("SELECT span_id, dims FROM spans ORDER BY span_id", tag="tests.upgrade").rows
     assert [(sid, dict(d)) for sid, d in rows] == [("1" * 16, expected), ("2" * 16, expected)]
+
+
+def test_0022_retires_the_old_starts_of_summaries_stored_before_it(fresh_store):
+    """Summaries written before 0022 left a row under every start a trace had; 0022 retires each of
+    them but the latest summary's, so a FINAL read of ``traces_by_start`` (the window reads) sees
+    each trace once, at its latest start, and a trace that never moved is left as it was."""
+    from analytics import panel_selectors
+
+    ctx = MigrationContext(retention_days=30)
+    migrate(fresh_store, ctx)
+    moved, still = "a" * 32, "b" * 32
+    for trace_id, start_s, version in ((moved, 600, 1), (moved, 60, 3), (moved, 300, 2), (still, 120, 1), (still, 120, 2)):
+        fresh_store.command("INSERT INTO traces (project_id, trace_id, start_time, version, has_root, span_count)"
+                            " VALUES (1, {t:String}, now64(9) - toIntervalSecond({s:UInt32}), {v:UInt64}, 1, 3)",
+                            {"t": trace_id, "s": start_s, "v": version}, tag="tests.upgrade")
+    live = ("SELECT trace_id, version FROM (" + panel_selectors.latest_summaries_sql("trace_id, version", [("lo", "hi")])
+            + ") ORDER BY trace_id")
+    params = {"project_id": 1, "lo": 0, "hi": 2**62, "service": "", "model": ""}
+    assert len(fresh_store.query(live, params, tag="tests.upgrade").rows) == 4  # before: every start of `moved`
+    migration = next(m for m in discover() if m.name.startswith("0022"))
+    for _ in range(2):  # run twice: idempotent
+        for statement in migration.statements(ctx):
+            fresh_store.command(statement, tag="tests.upgrade")
+        assert fresh_store.query(live, params, tag="tests.upgrade").rows == [(moved, 3), (still, 2)]

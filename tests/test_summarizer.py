@@ -87,6 +87,56 @@ def test_late_spans_and_resent_spans_resummarise(project_with_key, settings):
     assert (start // 1_000_000_000) // 60 * 60 in marked
 
 
+def test_a_summary_whose_start_moved_retires_its_old_start(project_with_key, settings):
+    """The children arrive first (the summary starts at the first child), then the root, which starts
+    earlier: ``traces_by_start`` keeps a row under each start, and the old one is retired (a row with
+    no spans, one version below the summary that moved it), so the window reads see the trace once,
+    at its new start. Moving back to the first start later makes that start live again."""
+    from datetime import datetime, timezone
+
+    from analytics import panel_selectors
+
+    settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
+    project, _ = project_with_key()
+    start = time.time_ns() - 3600 * 1_000_000_000
+    spans = llm_trace(start_ns=start)
+    tid, root, children = spans[0]["trace_id"], spans[0], spans[1:]
+    root.update(start_time=start - 90_000 * MS, duration_ms=root["duration_ms"] + 90_000)  # 1.5 min earlier
+    insert(project.pk, children)
+    summarizer.traces_summarize(project_ids=[project.pk])
+    partial = latest(project.pk)[tid]
+    assert partial["start_ns"] == start and partial["has_root"] == 0
+    time.sleep(0.01)
+    insert(project.pk, [root])
+    summarizer.traces_summarize(project_ids=[project.pk])
+    full = latest(project.pk)[tid]
+    assert full["start_ns"] == root["start_time"] and full["has_root"] == 1
+    by_start = get_store().query(
+        "SELECT toUnixTimestamp64Nano(start_time) AS start_ns, span_count, version FROM traces_by_start FINAL"
+        " WHERE project_id = {p:UInt64} AND trace_id = {t:FixedString(32)} ORDER BY start_ns",
+        {"p": project.pk, "t": tid}, tag="tests.summarizer.by_start").rows
+    assert by_start == [(root["start_time"], 5, full["version"]), (start, 0, full["version"] - 1)]
+
+    def requests(lo_ns: int, hi_ns: int) -> int:
+        return panel_selectors.window_stats(project_id=project.pk, start=datetime.fromtimestamp(lo_ns / 1e9, tz=timezone.utc),
+                                            end=datetime.fromtimestamp(hi_ns / 1e9, tz=timezone.utc)).requests
+    live = ("SELECT count() FROM (" + panel_selectors.window_requests_sql("trace_id") + ")")
+    window = {"project_id": project.pk, "service": "", "model": ""}
+
+    def listed(lo_ns: int, hi_ns: int) -> int:
+        return get_store().query(live, {**window, "start_ms": lo_ns // MS, "end_ms": hi_ns // MS}, tag="tests.summarizer.live").scalar()
+    assert listed(start - 120_000 * MS, start + 60_000 * MS) == 1
+    assert listed(start - 30_000 * MS, start + 60_000 * MS) == 0  # only the retired start is inside
+    # The root is re-sent with the children's start: the summary moves back, the other start retires.
+    time.sleep(0.01)
+    insert(project.pk, [dict(root, start_time=start, duration_ms=1200.0)])
+    summarizer.traces_summarize(project_ids=[project.pk])
+    again = latest(project.pk)[tid]
+    assert again["start_ns"] == start and again["version"] > full["version"]
+    assert listed(start - 30_000 * MS, start + 60_000 * MS) == 1
+    assert listed(start - 120_000 * MS, start - 60_000 * MS) == 0
+
+
 def test_price_table_estimates_missing_cost(project_with_key):
     project, _ = project_with_key()
     model_price_set(project_id=project.pk, model="llama-3-70b", input_usd_per_million="0.5", output_usd_per_million=2)
