@@ -407,8 +407,11 @@ TRACES = Table(
 # The same summaries ordered by start time, filled by a materialized view on every insert into
 # ``traces`` (migration 0009): the explorer's time-window queries read only their days and granules
 # here, where ``traces`` (ordered by trace id) would read the whole table. A summary whose start
-# moved (its root arrived late) leaves its old row behind under the old start; readers keep a row
-# only when its ``version`` is the trace's latest in ``traces`` (dashboard.explorer does).
+# moved (its root arrived late) leaves its old row behind under the old start, so the summariser
+# retires it (analytics.summarizer.starts_retire; migration 0022 for summaries stored before): a
+# row with no spans (``span_count = 0``) one version below the new summary replaces the old row
+# under FINAL. Window reads take FINAL and skip retired rows (panel_selectors.latest_summaries_sql);
+# the explorer keeps a row only when its ``version`` is the trace's latest in ``traces``.
 TRACES_BY_START = Table(
     name="traces_by_start",
     columns=TRACES.columns,
