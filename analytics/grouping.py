@@ -67,9 +67,10 @@ class GroupedSeries:
 # One row per (bucket, group) and one per group over the whole window (bucket_ms = -1), from
 # GROUPING SETS, in one pass: ``tv`` is each trace's value (see the module docstring; spans read in
 # the window's range widened for clock skew and late spans, as _ATTRIBUTE_TRACES does), joined to
-# the window's requests; ``vn`` counts each value's requests and ``rnk`` ranks the values by it
-# (ties by value; traces without the key rank last), so the top N, other and (none) need no second
-# read of the join.
+# the window's requests and aggregated per (bucket, value) first — counts, sums and the exact P95's
+# state (every value, merged exactly below) — so the ranking runs over those few rows, not over
+# every request: ``vn`` counts each value's requests and ``rnk`` ranks the values by it (ties by
+# value; traces without the key rank last), so the top N, other and (none) need no second read.
 
 # The rule of the module docstring, shared with the Variants view (analytics.variants) and the
 # grouped alert rules (alerts.latency): a span's value of the key ('' = it carries none), and the
@@ -103,20 +104,23 @@ TRACE_VALUE_SQL = trace_value_sql()
 _SQL = """
 WITH tv AS (SELECT trace_id, v, 1 AS has FROM ({{trace_value}}))
 SELECT if(grouping(bucket_ms) = 1, toInt64(-1), bucket_ms) AS bucket, kind, label,
-       count() AS requests, countIf(status = 'error') AS errors,
-       quantileExact(0.95)(e2e_ns) AS p95_ns, sum(ifNull(cost_usd, 0)) AS cost
+       sum(n) AS requests, sum(e) AS errors, quantileExactMerge(0.95)(q) AS p95_ns, sum(c) AS cost
 FROM (
-    SELECT bucket_ms, e2e_ns, status, cost_usd,
+    SELECT bucket_ms, n, e, q, c,
            multiIf(has = 0, {none}, rnk <= {{top:UInt32}}, {value}, {other}) AS kind,
            if(kind = {value}, v, '') AS label
     FROM (
         SELECT *, dense_rank() OVER (ORDER BY has DESC, vn DESC, v) AS rnk
         FROM (
-            SELECT toInt64(intDiv(toUnixTimestamp64Milli(t.start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}}) AS bucket_ms,
-                   t.e2e_ns AS e2e_ns, t.status AS status, t.cost_usd AS cost_usd, tv.v AS v, tv.has AS has,
-                   count() OVER (PARTITION BY tv.has, tv.v) AS vn
-            FROM ({requests}) AS t
-            LEFT JOIN tv ON t.trace_id = tv.trace_id
+            SELECT *, sum(n) OVER (PARTITION BY has, v) AS vn
+            FROM (
+                SELECT toInt64(intDiv(toUnixTimestamp64Milli(t.start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}}) AS bucket_ms,
+                       tv.has AS has, tv.v AS v, count() AS n, countIf(t.status = 'error') AS e,
+                       quantileExactState(0.95)(t.e2e_ns) AS q, sum(ifNull(t.cost_usd, 0)) AS c
+                FROM ({requests}) AS t
+                LEFT JOIN tv ON t.trace_id = tv.trace_id
+                GROUP BY bucket_ms, has, v
+            )
         )
     )
 )

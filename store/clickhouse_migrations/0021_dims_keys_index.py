@@ -12,6 +12,6 @@ on a server); until then they are read as before, with the same results."""
 
 def statements(ctx):
     return [
-        *ctx.alter("spans", "ADD INDEX IF NOT EXISTS idx_dims_keys mapKeys(dims) TYPE bloom_filter(0.01) GRANULARITY 1"),
+        *ctx.alter("spans", "ADD INDEX IF NOT EXISTS idx_dims_keys dims.keys TYPE bloom_filter(0.01) GRANULARITY 1"),
         *ctx.alter("spans", "MATERIALIZE INDEX idx_dims_keys"),
     ]

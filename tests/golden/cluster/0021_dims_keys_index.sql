@@ -1,4 +1,4 @@
-ALTER TABLE spans_local ON CLUSTER `tracedash` ADD INDEX IF NOT EXISTS idx_dims_keys mapKeys(dims) TYPE bloom_filter(0.01) GRANULARITY 1;
+ALTER TABLE spans_local ON CLUSTER `tracedash` ADD INDEX IF NOT EXISTS idx_dims_keys dims.keys TYPE bloom_filter(0.01) GRANULARITY 1;
 
 ALTER TABLE spans_local ON CLUSTER `tracedash` MATERIALIZE INDEX idx_dims_keys;
 
