@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 from io import StringIO
 
 import pytest
@@ -152,13 +153,14 @@ def test_0022_retires_the_old_starts_of_summaries_stored_before_it(fresh_store):
     ctx = MigrationContext(retention_days=30)
     migrate(fresh_store, ctx)
     moved, still = "a" * 32, "b" * 32
+    now_ns = time.time_ns()  # recent starts: a row at the 1970 default is past the TTL
     for trace_id, start_s, version in ((moved, 600, 1), (moved, 60, 3), (moved, 300, 2), (still, 120, 1), (still, 120, 2)):
         fresh_store.command("INSERT INTO traces (project_id, trace_id, start_time, version, has_root, span_count)"
-                            " VALUES (1, {t:String}, now64(9) - toIntervalSecond({s:UInt32}), {v:UInt64}, 1, 3)",
-                            {"t": trace_id, "s": start_s, "v": version}, tag="tests.upgrade")
+                            " VALUES (1, {t:String}, fromUnixTimestamp64Nano({s:Int64}), {v:UInt64}, 1, 3)",
+                            {"t": trace_id, "s": now_ns - start_s * 1_000_000_000, "v": version}, tag="tests.upgrade")
     live = ("SELECT trace_id, version FROM (" + panel_selectors.latest_summaries_sql("trace_id, version", [("lo", "hi")])
             + ") ORDER BY trace_id")
-    params = {"project_id": 1, "lo": 0, "hi": 2**62, "service": "", "model": ""}
+    params = {"project_id": 1, "lo": 0, "hi": 4_102_444_800_000, "service": "", "model": ""}  # 2100-01-01 (ms)
     assert len(fresh_store.query(live, params, tag="tests.upgrade").rows) == 4  # before: every start of `moved`
     migration = next(m for m in discover() if m.name.startswith("0022"))
     for _ in range(2):  # run twice: idempotent
