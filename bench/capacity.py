@@ -54,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import process_cpu_seconds  # noqa: E402
+
 DEFAULT_RATES = (1_000, 5_000, 20_000, 50_000, 100_000)
 DEFAULT_RETENTION = (7, 30, 90)
 DEFAULT_UTILISATION = 0.6  # provision cores so that the measured load keeps them at most this busy
@@ -130,13 +132,6 @@ def human_bytes(n: float) -> str:
 
 
 # --- measuring --------------------------------------------------------------------------------------
-def _cpu() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _wait_merges(store, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and store.query(
@@ -211,7 +206,7 @@ def measure_store(store, scenarios, request_numbers, *, batch: int, total_rows: 
     store.insert("spans", rows[:1000], tag="bench.capacity.warmup", dedup_token=secrets.token_hex(16))
     _wait_merges(store)
     log(f"[2/4] store: inserting {total_rows:,} parsed spans in batches of {batch:,} (as the group commit did)…")
-    cpu, inserted, offset = _cpu(), 0, 0
+    cpu, inserted, offset = process_cpu_seconds(), 0, 0
     while inserted < total_rows:
         if offset + batch > len(rows):
             offset = 0
@@ -222,7 +217,7 @@ def measure_store(store, scenarios, request_numbers, *, batch: int, total_rows: 
         log(f"\r      {inserted:,}/{total_rows:,} spans", end="")
     log("\n      waiting for the merges…")
     _wait_merges(store)
-    used = _cpu() - cpu
+    used = process_cpu_seconds() - cpu
     # The same distinct rows once (every model call carries a 1–4 KB prompt): what prompt-heavy spans take on disk.
     store.command("TRUNCATE TABLE spans", tag="bench.capacity.truncate")
     distinct = rows[:len(native.templates) * native.batch]  # the bodies repeat the templates' prompts after these
@@ -246,7 +241,7 @@ def measure_summaries(store, *, rounds: int, prices: dict) -> dict:
         for table in ("traces", "traces_by_start", "rollup_dirty"):
             store.command(f"TRUNCATE TABLE {table}", tag="bench.capacity.truncate")
         _wait_merges(store)
-        cpu = _cpu()
+        cpu = process_cpu_seconds()
         # The summariser's batches: at most TRACEDASH_SUMMARIZE_MAX_SPANS spans a run, so split as it would.
         written, spans = [], 0
         for j in range(0, len(touched), 20_000):
@@ -254,7 +249,7 @@ def measure_summaries(store, *, rounds: int, prices: dict) -> dict:
             written += ids
             spans += n
         _wait_merges(store)
-        costs.append(_cpu() - cpu)
+        costs.append(process_cpu_seconds() - cpu)
         log(f"\r[3/4] summaries: round {i + 1}/{rounds}, {len(written):,} traces / {spans:,} spans, "
             f"{costs[-1]:.2f} CPU s", end="")
     log("")
@@ -274,10 +269,10 @@ def measure_rollups(store, *, minutes: list[int], window_minutes: int, rounds: i
     cost = {"loaded": [], "empty": []}
     for i in range(rounds):
         for label, window in (("loaded", loaded), ("empty", empty)):
-            cpu = _cpu()
+            cpu = process_cpu_seconds()
             rollup_minutes_recompute(project_id=1, minutes=window)
             _wait_merges(store)
-            cost[label].append(_cpu() - cpu)
+            cost[label].append(process_cpu_seconds() - cpu)
         log(f"\r      rollups: round {i + 1}/{rounds}: window of {len(loaded)} minutes with {int(traces):,} traces "
             f"{cost['loaded'][-1]:.2f} CPU s, empty {cost['empty'][-1]:.2f} CPU s", end="")
     log("")

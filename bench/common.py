@@ -24,6 +24,15 @@ PRODUCTION_VARIABLES = ("DATABASE_URL", "CELERY_BROKER_URL", "TRACEDASH_CHANNEL_
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_seconds() -> float:
+    """CPU time (user + system) of this process, every thread included: with the embedded store,
+    chdb's ClickHouse threads run inside it."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import resource
 import secrets
 import statistics
 import sys
@@ -26,14 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import process_cpu_seconds  # noqa: E402
 from bench.load_spans import NS, Generator, _django, open_store  # noqa: E402
 
 INDEX = "idx_dims_keys"
-
-
-def cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def spans(n: int, seed: int) -> list[dict]:
@@ -74,12 +69,12 @@ def main(argv=None) -> int:
     for r in range(args.rounds):
         for table in (("spans", "spans_plain") if r % 2 == 0 else ("spans_plain", "spans")):
             store.command(f"TRUNCATE TABLE {table}", tag="bench.dims_index.truncate")
-            started = cpu()
+            started = process_cpu_seconds()
             for i in range(0, len(rows), args.batch):
                 store.backend.insert(table, names, types, rows[i:i + args.batch], "bench.dims_index.insert",
                                      secrets.token_hex(16))
             store.command(f"OPTIMIZE TABLE {table} FINAL", tag="bench.dims_index.optimize")
-            costs[table].append((cpu() - started) / len(rows) * 1000 * 1000)
+            costs[table].append((process_cpu_seconds() - started) / len(rows) * 1000 * 1000)
             print(f"\rround {r + 1}/{args.rounds}: {table} {costs[table][-1]:.1f} ms CPU / 1k spans    ",
                   end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)

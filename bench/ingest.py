@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,  # noqa: E402
                                                                       ExportTraceServiceResponse)
 
-from bench.common import PRODUCTION_VARIABLES, Server, machine, percentile, table  # noqa: E402
+from bench.common import PRODUCTION_VARIABLES, Server, machine, percentile, process_cpu_seconds, table  # noqa: E402
 
 JSON_MARKER = b"@REQ_ID@"  # 8 characters of the hex ids in JSON bodies, replaced per request
 PB_MARKER = b"\xff\xfe\xfd\xfc"  # 4 bytes of the binary ids in protobuf bodies, replaced per request
@@ -621,7 +621,7 @@ def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, secon
     except ImportError:
         arrow_table = None
     columns = SPANS.insert_columns
-    cpu_started, rows_inserted = _process_cpu_seconds(), 0
+    cpu_started, rows_inserted = process_cpu_seconds(), 0
     for size in (1000, 10_000):
         inserted, offset, elapsed, inserts = 0, 0, 0.0, 0
         while elapsed < seconds or inserts < 3:
@@ -649,18 +649,11 @@ def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, secon
     while time.monotonic() < deadline and store.query(
             "SELECT count() FROM system.merges WHERE database = currentDatabase()", tag="bench.raw.merges").scalar():
         time.sleep(0.5)
-    cpu_ms_per_1000 = 1000 * 1000 * (_process_cpu_seconds() - cpu_started) / rows_inserted
+    cpu_ms_per_1000 = 1000 * 1000 * (process_cpu_seconds() - cpu_started) / rows_inserted
     result["store_cpu_ms_per_1000_rows"] = round(cpu_ms_per_1000, 1)
     result["store_ceiling_rows_per_s"] = round((os.cpu_count() or 1) * 1000 * 1000 / cpu_ms_per_1000)
     store.close()
     return result
-
-
-def _process_cpu_seconds() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 # --- report --------------------------------------------------------------------------------------
