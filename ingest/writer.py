@@ -28,6 +28,7 @@ log = logging.getLogger("tracedash.ingest.writer")
 
 
 MAX_SEGMENT_REFUSALS = 5
+RECENT_BATCHES = 8  # batches whose request counts set how many requests the next one waits for
 
 
 class Outcome(str, enum.Enum):
@@ -60,6 +61,10 @@ class IngestWriter:
         self.target_batch_rows = target_batch_rows
         self.linger = linger
         self._busy = False  # the last batch grouped several requests: more are likely on the way
+        # Requests per batch of the last few batches: under a steady load the same clients send
+        # again as soon as they are answered, so the next batch waits (at most ``linger``) for as
+        # many requests as recent batches carried, then goes at once (see ``_take``).
+        self._recent_requests: deque[int] = deque(maxlen=RECENT_BATCHES)
         self.max_queued_rows = max_queued_rows
         self.replay_interval = replay_interval
         # The writer thread replays the spool itself when at most ``tail_bytes`` are left, the last
@@ -113,10 +118,15 @@ class IngestWriter:
                     return None
                 self._cond.wait()
             # Under concurrent load each insert has a large fixed cost (a new part, merges later):
-            # wait a few milliseconds for a fuller batch. A lone request is never held back.
+            # wait a few milliseconds for a fuller batch, but only until as many requests are
+            # queued as recent batches carried (the clients answered by the last insert have sent
+            # again): waiting longer cannot fill the batch further, since those clients wait for
+            # this insert. A lone request is never held back.
             if self._busy and self.linger:
                 deadline = time.monotonic() + self.linger
-                while self._queued_rows < self.target_batch_rows and not self._stopping:
+                expected = max(self._recent_requests, default=0)
+                while (self._queued_rows < self.target_batch_rows and len(self._queue) < expected
+                       and not self._stopping):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
@@ -128,6 +138,7 @@ class IngestWriter:
                 rows += len(request.rows)
             self._queued_rows -= rows
             self._busy = len(taken) > 1 or bool(self._queue)
+            self._recent_requests.append(len(taken) + len(self._queue))
             return taken
 
     def _write_loop(self) -> None:

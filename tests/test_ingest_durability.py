@@ -160,6 +160,41 @@ def test_concurrent_requests_are_grouped_into_few_inserts(tmp_path, project_with
     assert count_spans(project.pk) == 100
 
 
+def test_closed_loop_clients_are_written_together_without_waiting_out_the_linger(tmp_path, project_with_key):
+    """Clients that send again as soon as they are answered (bench/ingest.py's, an SDK's exporter
+    threads) cannot fill a batch beyond what they keep in flight: once as many requests are queued
+    as recent batches carried, the batch goes. A linger of a minute would otherwise hold each of
+    the rounds below for that minute (their rows never reach ``target_batch_rows``)."""
+    project, _ = project_with_key()
+    clients, rounds = 8, 4
+    writer = IngestWriter(Spool(tmp_path / "slot-0", max_bytes=10**8), linger=60.0, target_batch_rows=10**6)
+    outcomes, errors = [], []
+
+    def client():
+        try:
+            for _ in range(rounds):
+                outcomes.append(writer.write("spans", rows_for(project.pk), timeout=300))
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    started = time.monotonic()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        elapsed = time.monotonic() - started
+    finally:
+        writer.stop()
+    assert not errors and outcomes == [Outcome.STORED] * (clients * rounds)
+    # Waiting out the linger even once would take 60 s; the whole run takes well under a second
+    # on an idle machine (the ceiling is for a busy one).
+    assert elapsed < 45, f"{clients} closed-loop clients × {rounds} rounds took {elapsed:.1f} s"
+    assert writer.stats["batches"] <= rounds + 2  # each round's requests in one insert (the first may split)
+    assert count_spans(project.pk) == clients * rounds * 5
+
+
 def test_spool_segments_survive_a_reopen(tmp_path):
     spool = Spool(tmp_path / "s", max_bytes=10**6)
     spool.append("spans", "t1", [{"a": 1}])
