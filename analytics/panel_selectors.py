@@ -282,12 +282,18 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
 
 def panel_facets(*, project_id: int, start: datetime, end: datetime) -> dict[str, list[str]]:
     """The root services and models with requests in the hours the window touches (the filter
-    bar's choices), from the hour rollups: a few rows per hour instead of every trace."""
+    bar's choices), from the hour rollups: a few rows per hour instead of every trace; and from the
+    summaries of the minutes the rollups do not hold yet."""
+    recent = latest_summaries_sql("service, model", [("recent_ms", "end_ms")], where="has_root = 1").replace(
+        "{recent_ms:Int64}", _NOT_ROLLED_UP_MS)
     r = get_store().query(
-        "SELECT groupUniqArray(200)(service) AS services, groupUniqArray(200)(model) AS models FROM rollup_hour"
+        "SELECT groupUniqArray(200)(service) AS services, groupUniqArray(200)(model) AS models FROM ("
+        " SELECT service, model FROM rollup_hour"
         " WHERE project_id = {project_id:UInt64} AND requests > 0"
-        " AND bucket >= toStartOfHour(toDateTime({start_s:UInt32}, 'UTC')) AND bucket < toDateTime({end_s:UInt32}, 'UTC')",
-        {"project_id": project_id, "start_s": int(start.timestamp()), "end_s": int(end.timestamp()) + 1},
+        " AND bucket >= toStartOfHour(toDateTime({start_s:UInt32}, 'UTC')) AND bucket < toDateTime({end_s:UInt32}, 'UTC')"
+        f" UNION ALL SELECT toString(service), toString(model) FROM ({recent}))",
+        {"project_id": project_id, "start_s": int(start.timestamp()), "end_s": int(end.timestamp()) + 1,
+         "since_s": int(start.timestamp()) // 3600 * 3600, "end_ms": (int(end.timestamp()) + 1) * 1000},
         tag="analytics.panel_selectors.panel_facets").dicts()[0]
     return {"services": sorted(s for s in r["services"] if s), "models": sorted(m for m in r["models"] if m)}
 
@@ -327,15 +333,26 @@ def reads_concurrently(**reads: Callable[[], object]) -> dict[str, object]:
     return {name: future.result() for name, future in futures.items()}
 
 
+# The minutes the rollup task has not recomputed since they ended (from rollup_services.READY_JOB
+# on: the open minute, at least) are read from the summaries (analytics.rollups.window_pieces).
+# (Nothing when the rollup task never ran for the project: its rollups are then taken as they are.)
+_NOT_ROLLED_UP_MS = ("toInt64(greatest(toInt64({since_s:UInt32}) * 1000, ifNull(nullIf((SELECT max(value) FROM task_watermarks"
+                     " WHERE project_id = {project_id:UInt64} AND job = 'rollup_ready'), 0), 4102444800000)))")
+
+
 def first_request_since(*, project_id: int, since: datetime) -> datetime | None:
-    """The start of the first minute with requests at or after ``since`` (the minute rollup), or
-    None: what a page's default range is fitted to (``dashboard.timewindow.fit_preset``)."""
+    """The start of the first minute with requests at or after ``since`` (the minute rollup, then
+    the summaries of the minutes it does not hold yet), or None: what a page's default range is
+    fitted to (``dashboard.timewindow.fit_preset``)."""
+    recent = latest_summaries_sql("start_time", [("recent_ms", "end_ms")], where="has_root = 1").replace(
+        "{recent_ms:Int64}", _NOT_ROLLED_UP_MS)
     r = get_store().query(
-        "SELECT min(bucket) AS first, count() AS n FROM rollup_minute"
-        " WHERE project_id = {project_id:UInt64} AND requests > 0 AND bucket >= toDateTime({since_s:UInt32}, 'UTC')",
-        {"project_id": project_id, "since_s": int(since.timestamp()) // 60 * 60},
+        "SELECT minIf(f, c > 0) AS first, sum(c) AS n FROM ("
+        " SELECT toUnixTimestamp(min(bucket)) AS f, count() AS c FROM rollup_minute"
+        " WHERE project_id = {project_id:UInt64} AND requests > 0 AND bucket >= toDateTime({since_s:UInt32}, 'UTC')"
+        f" UNION ALL SELECT intDiv(toUnixTimestamp(min(start_time)), 60) * 60 AS f, count() AS c FROM ({recent}))",
+        {"project_id": project_id, "since_s": int(since.timestamp()) // 60 * 60, "end_ms": 4102444800000},
         tag="analytics.panel_selectors.first_request_since").dicts()[0]
     if not r["n"]:
         return None
-    first = r["first"]
-    return first if first.tzinfo else first.replace(tzinfo=timezone.utc)
+    return datetime.fromtimestamp(int(r["first"]), tz=timezone.utc)

@@ -12,8 +12,12 @@ Which minutes: those the summariser marked in ``rollup_dirty`` since this job's 
 overlap, as the summariser does) — every minute a summary was written in, or moved out of — and, as a
 safety net, every minute of the late-arrival window (``TRACEDASH_ROLLUP_LATE_SECONDS``), re-covered
 whatever the marks say by a run with marks at most every ``TRACEDASH_ROLLUP_LATE_EVERY_SECONDS``
-(its own watermark, ``rollup_late``). Re-covering the window on every 10 s run aggregated each trace
-about 66 times; once a minute, about 17 (the current minute's runs plus the window's).
+(its own watermark, ``rollup_late``). Only minutes that have ended are recomputed: the open one
+(its marks taken, ``rollup_deferred`` noting it) is recomputed by the first run after it ended, and
+readers take the whole minutes from ``rollup_ready`` on from the summaries (``rollups.window_pieces``).
+Re-covering the window on every 10 s run and the current minute on each aggregated each trace about
+66 times; the window once a minute, about 17; the open minute deferred and the window every 300 s,
+about 3.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ from analytics.trace_math import PHASES
 
 JOB = "rollup"
 LATE_JOB = "rollup_late"  # when the late-arrival window was last re-covered
+# The open minute: every minute before READY was recomputed after it closed; marks of a minute that
+# had not closed yet are taken but the minute is recomputed once it has (DEFERRED: the end of the
+# latest such minute). Readers take the whole minutes from READY on from the summaries (rollups.py).
+READY_JOB = "rollup_ready"
+DEFERRED_JOB = "rollup_deferred"
 NS = 1_000_000_000
 MINUTE, HOUR, DAY = 60, 3600, 86400
 SIX_HOURS = 6 * HOUR
@@ -244,15 +253,29 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         clock = _clock_ns()
         until_ms = clock // 1_000_000
         since_ms = max(0, watermark_get(project_id=project_id, job=JOB) - overlap_ms)
-        marked = get_store().query(_DIRTY_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
-                                   tag="analytics.rollup_services.dirty").rows
-        if not marked:
-            continue  # nothing was summarised: no rollup can have changed (and nothing is written)
+        marked = [int(r[0]) for r in get_store().query(
+            _DIRTY_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
+            tag="analytics.rollup_services.dirty").rows]
         now_s = (now_ns or clock) // NS
+        closed_s = _floor(now_s, MINUTE)  # every minute before it has ended
+        ready_s = watermark_get(project_id=project_id, job=READY_JOB) // 1000
+        deferred_s = watermark_get(project_id=project_id, job=DEFERRED_JOB) // 1000
+        # Minutes whose marks an earlier run took while they were open, closed since: recompute them now.
+        closing = range(ready_s, min(deferred_s, closed_s), MINUTE) if deferred_s > ready_s else range(0)
+        if not marked and not closing:
+            continue  # nothing was summarised: no rollup can have changed (and nothing is written)
         cover_window = until_ms - watermark_get(project_id=project_id, job=LATE_JOB) >= late_every_ms
-        window = range(_floor(now_s - late, MINUTE), _floor(now_s, MINUTE) + MINUTE, MINUTE) if cover_window else ()
-        minutes, hours, days = rollup_minutes_recompute(project_id=project_id,
-                                                        minutes=[int(r[0]) for r in marked] + list(window))
+        window = range(_floor(now_s - late, MINUTE), closed_s, MINUTE) if cover_window else range(0)
+        # An open minute is not recomputed: its traces keep arriving, and every read takes the
+        # minutes from READY on from the summaries (each run recomputed the current minute again:
+        # about six times a minute at the default 10 s).
+        deferred = [m for m in marked if m >= closed_s]
+        minutes, hours, days = rollup_minutes_recompute(
+            project_id=project_id, minutes=[m for m in marked if m < closed_s] + list(window) + list(closing))
+        if deferred:
+            watermark_set(project_id=project_id, job=DEFERRED_JOB, value=(max(deferred) + MINUTE) * 1000)
+        if closed_s > ready_s:
+            watermark_set(project_id=project_id, job=READY_JOB, value=closed_s * 1000)
         if cover_window:
             watermark_set(project_id=project_id, job=LATE_JOB, value=until_ms)
         report.minutes += minutes
@@ -261,6 +284,13 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         watermark_set(project_id=project_id, job=JOB, value=until_ms)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def rollups_ready_ns(*, project_id: int) -> int:
+    """Unix ns before which every minute's rollup is complete (its minute ended before the rollup
+    task last ran); 0 when the task never ran for the project (every minute's rollup is then taken
+    as it is, as rollups_rebuild's callers expect)."""
+    return watermark_get(project_id=project_id, job=READY_JOB) * 1_000_000
 
 
 def rollups_rebuild(*, project_id: int, from_ns: int, to_ns: int,

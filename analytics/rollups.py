@@ -12,7 +12,9 @@ from ``traces``), so a page switches by its import. Each read picks its tables b
   divides its step (a 30-day series of 6-hour steps reads six-hour rows, its KPIs days).
 
 Windows are exact, whatever second they start and end on (DOMAIN.md "Over a time window"): the
-whole minutes inside [start, end) come from the rollups, the partial minutes at its edges from the
+whole minutes inside [start, end) come from the rollups, the partial minutes at its edges — and the
+whole minutes the rollup task has not recomputed since they ended (the last minute or so: an open
+minute is rolled up once, when it has ended; ``rollup_services.rollups_ready_ns``) — from the
 per-trace summaries (the latest summary of each trace whose root starts there), aggregated by the
 same expressions the minute rollup uses (``rollup_services.FROM_TRACES``) and added to the
 rollups' rows — histograms included, so percentiles merge as well. A series' buckets therefore sum
@@ -34,7 +36,7 @@ from store import get_store
 from . import panel_selectors
 from .panel_selectors import (LATENCY_EDGES_MS, QUANTILES, LatencyHeatmap, ModelSpend, WindowSeries,
                               WindowStats)
-from .rollup_services import FROM_TRACES, HIST_GAMMA, TRACE_COLUMNS, hist_key_sql
+from .rollup_services import FROM_TRACES, HIST_GAMMA, TRACE_COLUMNS, hist_key_sql, rollups_ready_ns
 from .selectors import bucket_seconds, bucket_times
 from analytics.trace_math import PHASES
 
@@ -66,15 +68,18 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MINUTE_NS = MINUTE * 1_000_000_000
 
 
-def window_pieces(start: datetime, end: datetime, step: int | None = None) -> list[tuple[str, int, int]]:
+def window_pieces(start: datetime, end: datetime, step: int | None = None, *, ready_ns: int = 0) -> list[tuple[str, int, int]]:
     """The pieces that cover [start, end) exactly once: rollup segments (level, from_s, to_s) for
     the whole minutes inside, and ("edge", from_ns, to_ns) for the partial minutes at either end
-    (read from the per-trace summaries)."""
+    (read from the per-trace summaries) — and for the whole minutes from ``ready_ns`` on, which the
+    rollup task has not recomputed since they ended (``rollup_services.rollups_ready_ns``; 0: none)."""
     start_ns, end_ns = _ns(start), _ns(end)
     if end_ns <= start_ns:
         return []
     first = -(-start_ns // MINUTE_NS) * MINUTE_NS  # the first whole minute inside
     last = end_ns // MINUTE_NS * MINUTE_NS  # the end of the last whole minute inside
+    if ready_ns:
+        last = min(last, max(first, ready_ns // MINUTE_NS * MINUTE_NS))
     if first >= last:
         return [("edge", start_ns, end_ns)]
     pieces = [("edge", start_ns, first)] if start_ns < first else []
@@ -82,6 +87,11 @@ def window_pieces(start: datetime, end: datetime, step: int | None = None) -> li
     if last < end_ns:
         pieces.append(("edge", last, end_ns))
     return pieces
+
+
+def _pieces(project_id: int, start: datetime, end: datetime, step: int | None = None) -> list[tuple[str, int, int]]:
+    """``window_pieces`` for a project's reads: the minutes its rollups do not hold yet from the summaries."""
+    return window_pieces(start, end, step, ready_ns=rollups_ready_ns(project_id=project_id))
 
 
 def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> list[tuple[str, int, int]]:
@@ -247,7 +257,7 @@ def window_stats(*, project_id: int, start: datetime, end: datetime, service: st
     inference share). ``histograms``: whose percentiles to compute (default all; ``()`` for a
     page that shows none, e.g. the costs tiles: several times cheaper over long windows)."""
     seconds = (end - start).total_seconds()
-    segments = window_pieces(start, end)
+    segments = _pieces(project_id, start, end)
     if not segments:
         return _empty(seconds)
     _check(histograms)
@@ -314,7 +324,7 @@ def window_series(*, project_id: int, start: datetime, end: datetime, service: s
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     buckets: list[WindowStats | None] = [None] * len(times)
-    segments = window_pieces(start, end, step)
+    segments = _pieces(project_id, start, end, step)
     if segments:
         sums, quantiles = _read(segments, project_id=project_id, service=service, model=model,
                                 hists=tuple(histograms), step=step, tag="analytics.rollups.window_series")
@@ -336,7 +346,7 @@ def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service:
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     counts = [[0] * len(times) for _ in range(len(LATENCY_EDGES_MS) + 1)]
-    segments = window_pieces(start, end, step)
+    segments = _pieces(project_id, start, end, step)
     if segments:
         source, params = _source(segments, "bucket, e2e_hist", totals=not service and not model)
         sql = ("SELECT intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32} AS t,"
@@ -371,7 +381,7 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     out: dict[str, list[float | None]] = {}
-    segments = window_pieces(start, end, step)
+    segments = _pieces(project_id, start, end, step)
     if segments:
         source, params = _source(segments, "bucket, model, requests, cost_usd, model_cost_usd")
         sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, "
@@ -400,7 +410,7 @@ def model_totals(*, project_id: int, start: datetime, end: datetime, service: st
                  model: str = "") -> list[ModelTotals]:
     """Tokens and spend per model over [start, end), most expensive first ("(no model)": spans
     that carry tokens or cost without a model)."""
-    segments = window_pieces(start, end)
+    segments = _pieces(project_id, start, end)
     if not segments:
         return []
     source, params = _source(segments, "bucket, model, cost_usd, input_tokens, output_tokens, model_cost_usd, "
@@ -464,7 +474,7 @@ def spend_projection(*, project_id: int, now: datetime | None = None, service: s
     # a filtered figure is projected over the same time, so models add up to the whole).
     covered_from = max(start, _EPOCH + timedelta(microseconds=int(first) // 1000))
     covered = max((end - covered_from).total_seconds(), 1.0)
-    segments = window_pieces(covered_from, end)
+    segments = _pieces(project_id, covered_from, end)
     source, params = _source(segments, "bucket, model, cost_usd, model_cost_usd")
     r = get_store().query(f"SELECT sum(cost_usd) AS cost, sumMap({_per_model('model_cost_usd')}) AS costs FROM {source}",
                           {"project_id": project_id, "service": service, "model": model, **params},

@@ -193,7 +193,15 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
             ids = [r["trace_id"] for r in store.query(_CHANGED_SQL, params, tag="analytics.summarizer.changed").dicts()]
             if not ids:
                 continue  # every summary is already the latest
-            params["trace_ids"] = ",".join(ids)
+            # The summary reads every column it needs of the spans in [lo, hi]: bound it by the
+            # traces to write alone, not by the whole overlap the digest check had to cover
+            # (under steady traffic most touched traces are unchanged ones from the overlap).
+            changed = set(ids)
+            lo = min([int(t["first_ns"]) for t in batch if t["trace_id"] in changed]
+                     + [int(p["spans_start_ns"]) for t, p in previous.items() if t in changed])
+            hi = max([int(t["last_ns"]) for t in batch if t["trace_id"] in changed]
+                     + [int(p["spans_end_ns"]) for t, p in previous.items() if t in changed])
+            params.update(trace_ids=",".join(ids), lo_ns=lo, hi_ns=hi)
         store.command(_INSERT_SQL, params, tag="analytics.summarizer.write")
         rows = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
         dirty = set()

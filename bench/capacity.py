@@ -77,7 +77,9 @@ def _rollup_cpu(f: dict, traces_per_s: float) -> float:
     every = f.get("rollup_late_every_s") or interval
     if every <= interval:  # every run re-covers the window
         return run(traces_per_s * f["rollup_window_s"]) / interval
-    return run(traces_per_s * min(60.0, f["rollup_window_s"])) / interval + run(traces_per_s * f["rollup_window_s"]) / every
+    # A run recomputes the minutes that ended since the last run (the open minute waits until it
+    # has ended): each trace once, on average ``interval`` seconds of traffic a run.
+    return run(traces_per_s * min(interval, f["rollup_window_s"])) / interval + run(traces_per_s * f["rollup_window_s"]) / every
 
 
 def capacity_table(figures: dict, *, rates=DEFAULT_RATES, retention_days=DEFAULT_RETENTION,
@@ -90,8 +92,9 @@ def capacity_table(figures: dict, *, rates=DEFAULT_RATES, retention_days=DEFAULT
     - ``rollup_run_cpu_s``: one rollup run's fixed cost (its window recomputed with no traces);
     - ``rollup_cpu_s_per_1000_traces``: the added cost per 1,000 traces in the recomputed window;
     - ``rollup_interval_s``, ``rollup_window_s``, ``rollup_late_every_s``: a run every interval
-      recomputes the minutes the summariser marked (the current minute's traces: at most a minute
-      of traffic), and the whole late-arrival window every ``rollup_late_every_s`` (absent or not
+      recomputes the marked minutes that have ended since the last run (the open minute waits until
+      it has ended: on average an interval of traffic, each trace once), and the whole late-arrival
+      window every ``rollup_late_every_s`` (absent or not
       above the interval: on every run, as before TRACEDASH_ROLLUP_LATE_EVERY_SECONDS);
     - ``spans_per_trace``;
     - ``bytes_per_span`` (spans), ``bytes_per_trace`` (traces + traces_by_start),

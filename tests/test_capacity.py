@@ -39,10 +39,11 @@ def test_one_rate_worked_by_hand():
 
 
 def test_the_late_window_recovered_less_often_costs_less():
-    # Marked minutes every 10 s (at most a minute of traces: 60,000), the 600 s window every 60 s.
+    # Every 10 s the minutes that ended since (each trace once: 10 s of traces, 10,000 a run), the
+    # 600 s window every 60 s.
     figures = dict(FIGURES, rollup_late_every_s=60.0)
     (row,) = capacity_table(figures, rates=[10_000], retention_days=[7])
-    assert row["rollup_cpu"] == pytest.approx((0.2 + 60 * 0.01) / 10 + (0.2 + 600 * 0.01) / 60)
+    assert row["rollup_cpu"] == pytest.approx((0.2 + 10 * 0.01) / 10 + (0.2 + 600 * 0.01) / 60)
     # Not above the interval: every run covers the window, as without the figure.
     (same,) = capacity_table(dict(FIGURES, rollup_late_every_s=10.0), rates=[10_000], retention_days=[7])
     assert same["rollup_cpu"] == pytest.approx(0.62)

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from analytics import rollup_services, rollups, summarizer
+from analytics import panel_selectors, rollup_services, rollups, summarizer
 from analytics.trace_math import PHASES
 from store import get_store
 from tests.rollup_support import QUANTILES, exact_from_spans, exact_ms, insert_spans, random_trace
@@ -414,7 +414,7 @@ def test_the_late_window_is_recovered_at_most_once_an_interval(project_with_key,
     settings.TRACEDASH_ROLLUP_LATE_EVERY_SECONDS = 3600
     project, _ = project_with_key()
     rng = random.Random(11)
-    window_minutes = 600 // 60 + 1  # (plus the current minute; one more when it straddles a boundary)
+    window_minutes = 600 // 60  # (the current minute waits until it has ended)
 
     insert_spans(project.pk, random_trace(rng, start_ns=time.time_ns() - 120 * NS))
     summarizer.traces_summarize(project_ids=[project.pk])
@@ -436,3 +436,46 @@ def test_the_late_window_is_recovered_at_most_once_an_interval(project_with_key,
     insert_spans(project.pk, random_trace(rng, start_ns=time.time_ns() - 60 * NS))
     summarizer.traces_summarize(project_ids=[project.pk])
     assert rollup_services.rollups_update(project_ids=[project.pk]).minutes >= window_minutes
+
+
+def test_an_open_minute_is_rolled_up_once_it_has_ended_and_read_from_the_summaries_until_then(project_with_key, settings):
+    """A run does not recompute the minute still going on (its traces keep arriving: at the default
+    10 s it was recomputed about six times); it recomputes it at its first run after the minute
+    ended, marks or not. Until then every read takes that minute from the summaries, so a window
+    never misses a request the rollups do not hold yet."""
+    settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
+    project, _ = project_with_key()
+    minute = (time.time_ns() - 3600 * NS) // (60 * NS) * 60 * NS  # "now" below is 30 s into this minute
+    insert_spans(project.pk, random_trace(random.Random(12), start_ns=minute + 10 * NS, service="late-svc"))
+    summarizer.traces_summarize(project_ids=[project.pk])
+
+    def rolled_up() -> int:
+        return int(get_store().query(
+            "SELECT sum(requests) FROM rollup_minute FINAL WHERE project_id = {p:UInt64} AND bucket = {b:DateTime('UTC')}",
+            {"p": project.pk, "b": utc(minute).strftime("%Y-%m-%d %H:%M:%S")}, tag="tests.rollups.open_minute").scalar())
+
+    def shown(end_ns: int) -> int:
+        return rollups.window_stats(project_id=project.pk, start=utc(minute - 600 * NS), end=utc(end_ns)).requests
+
+    rollup_services.rollups_update(project_ids=[project.pk], now_ns=minute + 30 * NS)
+    assert rolled_up() == 0  # open: not recomputed
+    assert rollup_services.rollups_ready_ns(project_id=project.pk) == minute
+    assert shown(minute + 30 * NS) == 1  # the partial minute, from the summaries
+    assert shown(minute + 120 * NS) == 1  # the whole minute too: the rollups do not hold it yet
+    assert panel_selectors.first_request_since(project_id=project.pk, since=utc(minute - 600 * NS)) == utc(minute)
+    assert "late-svc" in panel_selectors.panel_facets(project_id=project.pk, start=utc(minute - 600 * NS),
+                                                      end=utc(minute + 30 * NS))["services"]
+
+    report = rollup_services.rollups_update(project_ids=[project.pk], now_ns=minute + 70 * NS)  # no new marks
+    assert report.minutes == 1 and rolled_up() == 1  # recomputed once it ended
+    assert rollup_services.rollups_ready_ns(project_id=project.pk) == minute + 60 * NS
+    assert shown(minute + 120 * NS) == 1
+    assert panel_selectors.first_request_since(project_id=project.pk, since=utc(minute - 600 * NS)) == utc(minute)
+
+    def watermarks() -> int:
+        return int(get_store().query("SELECT count() FROM task_watermarks WHERE project_id = {p:UInt64}",
+                                     {"p": project.pk}, tag="tests.rollups.watermarks").scalar())
+
+    before = watermarks()
+    assert rollup_services.rollups_update(project_ids=[project.pk], now_ns=minute + 130 * NS).minutes == 0
+    assert watermarks() == before  # idle again: nothing written
