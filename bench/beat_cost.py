@@ -141,8 +141,15 @@ def child(args) -> dict:
     if args.config != "store":
         summarised = int(store.query("SELECT uniqExact(trace_id) FROM traces WHERE project_id = {p:UInt64}",
                                      {"p": PROJECT_ID}, tag="bench.beat_cost.check").scalar())
+    caches = {r[0]: int(r[1]) for r in store.query(
+        "SELECT metric, value FROM system.metrics WHERE metric IN ('MarkCacheBytes', 'PrimaryIndexCacheBytes',"
+        " 'IndexMarkCacheBytes', 'UncompressedCacheBytes', 'QueryConditionCacheBytes', 'MemoryTracking')",
+        tag="bench.beat_cost.caches").rows}
+    import resource
+
     store.close()
-    return {"config": args.config, "spans": total, "traces": len(trace_ids), "summarised": summarised,
+    return {"caches_mib": {k: round(v / 2**20, 1) for k, v in caches.items()},
+            "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),"config": args.config, "spans": total, "traces": len(trace_ids), "summarised": summarised,
             "cpu_s": cpu, "wall_s": wall, "feed_s": fed - wall0, "max_behind_s": behind,
             "cpu_ms_per_1k": cpu * 1e6 / total,
             "summary_runs": len(runs["summaries"]), "summary_run_s": statistics.median(runs["summaries"]) if runs["summaries"] else None,
@@ -229,7 +236,7 @@ def main(argv=None) -> int:
                 if r["summarised"] is not None and r["summarised"] != r["traces"]:
                     raise SystemExit(f"{config}: {r['summarised']} of {r['traces']} traces summarised")
                 log(f"      {r['cpu_ms_per_1k']:.1f} ms CPU / 1k spans, {r['summary_runs']} summariser runs, "
-                    f"{r['rollup_runs']} rollup runs")
+                    f"{r['rollup_runs']} rollup runs; max RSS {r['max_rss_mib']:,.0f} MiB, chdb memory (MiB) {r['caches_mib']}")
                 results[config].append(r)
     text = report(results, args)
     print(text, flush=True)
