@@ -138,9 +138,12 @@ def alerts_evaluate_round(*, now: datetime | None = None, deliver: str = "queue"
     holder = holder or f"{_HOLDER}:{threading.get_ident()}:{uuid.uuid4().hex[:6]}"
     report = RoundReport()
     if project_ids is None:
+        from config.db_retry import retry_locked
         from projects.models import Project
 
-        project_ids = list(Project.objects.order_by("pk").values_list("pk", flat=True))
+        # A read can meet SQLite's table lock too where the database is shared-cache (the tests'
+        # in-memory one) while another round claims its leases.
+        project_ids = retry_locked(lambda: list(Project.objects.order_by("pk").values_list("pk", flat=True)))
     try:
         done = run_by_project(LEASE_NAME, lambda batch: _evaluate_batch(now, report, batch), project_ids,
                               holder=holder, seconds=LEASE_SECONDS)

@@ -312,9 +312,9 @@ def attribute_values(*, project_id: int, start: datetime, end: datetime, key: st
 
 
 # A page's reads are independent: run them side by side. A query releases the GIL while
-# ClickHouse works, and the store keeps one connection per thread, so the page waits about as
-# long as its slowest read instead of the sum. The pool lives as long as the process, so its
-# threads' connections are reused.
+# ClickHouse works, and each call borrows a connection of its own from the store's pool, so the
+# page waits about as long as its slowest read instead of the sum. The thread pool lives as long
+# as the process.
 _POOL_WORKERS = 6
 _pool = None
 _pool_lock = threading.Lock()

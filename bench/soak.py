@@ -138,17 +138,26 @@ class Record:
 
 
 class Session:
-    """One keep-alive connection with its cookies (enough of a browser for Django's forms)."""
+    """One keep-alive connection with its cookies (enough of a browser for Django's forms).
+
+    The server closes a connection idle for 5 s (uvicorn's keep-alive timeout); a request sent on it
+    as it closes fails with a broken pipe or a reset that says nothing about the server. So, as a
+    browser's connection pool does, a connection idle for ``IDLE_SECONDS`` is not reused."""
+
+    IDLE_SECONDS = 3.0
 
     def __init__(self, port: int):
         self.port = port
         self.cookies: dict[str, str] = {}
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.last_used = time.monotonic()
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
         headers = dict(headers or {})
         if self.cookies:
             headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        if time.monotonic() - self.last_used > self.IDLE_SECONDS:
+            self.conn.close()  # reconnects on the request below
         try:
             self.conn.request(method, path, body, headers)
             response = self.conn.getresponse()
@@ -157,6 +166,8 @@ class Session:
             self.conn.close()
             self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
             raise
+        finally:
+            self.last_used = time.monotonic()
         for header in response.headers.get_all("Set-Cookie") or []:
             jar = http.cookies.SimpleCookie()
             jar.load(header)

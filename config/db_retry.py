@@ -2,7 +2,8 @@
 
 The embedded mode's metadata database is SQLite: one writer at a time, and threads of one process
 (a lease release, a load test's progress) can meet another writer for longer than the busy
-timeout. PostgreSQL never answers so; there the write runs once.
+timeout, and where the database is shared-cache (the tests' in-memory one) a read can meet a
+writer's table lock too. PostgreSQL never answers so; there the call runs once.
 """
 
 from __future__ import annotations

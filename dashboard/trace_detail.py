@@ -94,7 +94,7 @@ LIMIT 1 BY span_id, time, event_name, body
 LIMIT {limit:UInt32}
 """
 # Threads that read a trace's GenAI events while the request's thread reads its spans (embedded
-# chdb and the native driver both keep a connection per thread, and a query releases the GIL).
+# each call borrows a connection of its own from the store's pool, and a query releases the GIL).
 _EVENTS_READER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tracedash-trace-events")
 
 

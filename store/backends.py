@@ -1,9 +1,14 @@
 """The two ClickHouse backends. Both take the same SQL text with ``{name:Type}`` placeholders.
 
 - ``NativeBackend``: a ClickHouse server through clickhouse-driver (native protocol, lz4,
-  server-side parameters, timeouts). A ``Client`` is not thread-safe: one per thread.
-- ``EmbeddedBackend``: chdb, the ClickHouse engine in this process. One data path per process,
-  and one connection per thread (parameters on a shared connection race).
+  server-side parameters, timeouts).
+- ``EmbeddedBackend``: chdb, the ClickHouse engine in this process. One data path per process.
+
+Neither a driver ``Client`` nor a chdb connection may serve two calls at once (parameters on a
+shared connection race), so each call borrows one from a ``ConnectionPool`` and gives it back:
+as many connections as calls run at once, reused by whichever thread calls next. (They were once
+kept per thread; the web server runs each page request in a thread of its own, so every request
+opened one more and the embedded store kept them all: ~110 KiB a request.)
 
 Values crossing the boundary are normalised so callers see the same Python values from both:
 DateTime/DateTime64 come back as aware UTC ``datetime`` (microseconds; select
@@ -114,6 +119,49 @@ def _convert_rows(rows, types: list[str], *, from_text: bool) -> list[tuple]:
 
 
 # --------------------------------------------------------------------------------------------
+class ConnectionPool:
+    """Connections lent to one call at a time. ``open()`` makes one when none is idle; at most
+    ``max_idle`` are kept between calls (the rest are closed as they come back), so the number of
+    open connections follows the calls running at once, not the threads that ever made one.
+    ``drain()`` takes every connection not lent out, for closing."""
+
+    def __init__(self, open_connection, close_connection, max_idle: int = 16):
+        self._open = open_connection
+        self._close = close_connection
+        self.max_idle = max_idle
+        self._idle: list = []
+        self._lock = threading.Lock()
+        self.open = 0  # connections made and not yet closed (lent out or idle)
+
+    def take(self):
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()  # the most recently used: its caches are warm
+        conn = self._open()
+        with self._lock:
+            self.open += 1
+        return conn
+
+    def give(self, conn) -> None:
+        with self._lock:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(conn)
+                return
+            self.open -= 1
+        self._close(conn)
+
+    def drain(self) -> list:
+        """Every idle connection, taken out of the pool for the caller to close."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+            self.open -= len(idle)
+        return idle
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+
 class EmbeddedBackend:
     """chdb: ClickHouse in-process, data under ``path``."""
 
@@ -122,50 +170,45 @@ class EmbeddedBackend:
     def __init__(self, path: Path, database: str):
         self.path = Path(path)
         self.database = database
-        self._local = threading.local()
         self._database_ready = False
         self._lock = threading.Lock()
-        # Shutdown bookkeeping: every thread's connection (closed together, once, by close()), the
-        # number of calls inside chdb right now, and whether close() has begun (no new calls then).
+        self._pool = ConnectionPool(self._open, _close_quietly)
+        # Shutdown bookkeeping: the number of calls inside chdb right now, and whether close() has
+        # begun (no new calls then; the connections are closed once the last call returned).
         self._state = threading.Condition()
-        self._connections: list = []
         self._active = 0
         self._closed = False
 
     def describe(self) -> str:
         return f"embedded chdb at {self.path} (database {self.database})"
 
-    def _connect(self, *, use_database: bool = True):
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            import chdb
+    def _open(self):
+        import chdb
 
-            self.path.mkdir(parents=True, exist_ok=True)
-            try:
-                conn = chdb.connect(str(self.path))
-            except Exception as exc:  # chdb raises RuntimeError; the real cause goes to stderr
-                text = str(exc)
-                holder = _lock_holder(self.path)
-                if holder is not None or "Cannot lock file" in text:
-                    raise DataDirLocked(
-                        f"the embedded ClickHouse data directory {self.path} is in use by another process"
-                        f"{f' (pid {holder})' if holder else ''}; only one process can open it. Is `make run` "
-                        "already serving from this data dir? Stop it, or set TRACEDASH_DATA_DIR to another directory"
-                    ) from exc
-                if "already initialized with path" in text:
-                    raise StoreError(
-                        f"this process already opened another embedded ClickHouse data directory; "
-                        f"chdb opens one path per process, so {self.path} cannot be opened too"
-                    ) from exc
-                raise StoreError(f"cannot open embedded ClickHouse at {self.path}: {text}") from exc
-            with self._state:  # only inside _run: close() collects connections once no call is active
-                self._connections.append(conn)
-            self._local.conn = conn
-            self._local.in_database = False
-        if use_database and not self._local.in_database:
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = chdb.connect(str(self.path))
+        except Exception as exc:  # chdb raises RuntimeError; the real cause goes to stderr
+            text = str(exc)
+            holder = _lock_holder(self.path)
+            if holder is not None or "Cannot lock file" in text:
+                raise DataDirLocked(
+                    f"the embedded ClickHouse data directory {self.path} is in use by another process"
+                    f"{f' (pid {holder})' if holder else ''}; only one process can open it. Is `make run` "
+                    "already serving from this data dir? Stop it, or set TRACEDASH_DATA_DIR to another directory"
+                ) from exc
+            if "already initialized with path" in text:
+                raise StoreError(
+                    f"this process already opened another embedded ClickHouse data directory; "
+                    f"chdb opens one path per process, so {self.path} cannot be opened too"
+                ) from exc
+            raise StoreError(f"cannot open embedded ClickHouse at {self.path}: {text}") from exc
+        try:
             self._ensure_database(conn)
             conn.query(f"USE `{self.database}`")
-            self._local.in_database = True
+        except BaseException:
+            _close_quietly(conn)
+            raise
         return conn
 
     def _ensure_database(self, conn) -> None:
@@ -178,19 +221,20 @@ class EmbeddedBackend:
     def _closed_message(self) -> str:
         return f"the embedded ClickHouse store at {self.path} is closed (the server is stopping)"
 
-    def _run(self, sql: str, params: dict | None, fmt: str, tag: str):
+    def _run(self, sql: str, params: dict | None, fmt: str, tag: str) -> bytes:
         with self._state:
             if self._closed:
                 raise StoreUnavailable(self._closed_message(), tag=tag)
             self._active += 1
         try:
-            conn = self._connect()
+            conn = self._pool.take()
             try:
-                if params:
-                    return conn.query(sql, fmt, params=params)
-                return conn.query(sql, fmt)
+                result = conn.query(sql, fmt, params=params) if params else conn.query(sql, fmt)
+                return result.bytes()  # copied out before the connection serves another call
             except Exception as exc:
                 raise StoreError(str(exc).strip(), tag=tag, code=_error_code(str(exc))) from exc
+            finally:
+                self._pool.give(conn)
         finally:
             with self._state:
                 self._active -= 1
@@ -198,8 +242,7 @@ class EmbeddedBackend:
                     self._state.notify_all()
 
     def query(self, sql: str, params: dict | None, tag: str) -> Result:
-        result = self._run(sql, params, "JSONCompact", tag)
-        raw = result.bytes()
+        raw = self._run(sql, params, "JSONCompact", tag)
         if not raw:
             return Result([], [], [])
         payload = json.loads(raw)
@@ -225,11 +268,11 @@ class EmbeddedBackend:
 
     def close(self, timeout: float = 60.0) -> bool:
         """Refuse new calls, wait up to ``timeout`` seconds for those inside chdb to return, then
-        close every thread's connection, once. True when nothing was still running; False leaves
-        the connections open (closing one under a running query would crash the process).
+        close every connection, once. True when nothing was still running; False leaves the
+        connections open (closing one under a running query would crash the process).
         A second call returns at once."""
         with self._state:
-            if self._closed and not self._connections:
+            if self._closed and not self._pool.idle:
                 return self._active == 0
             self._closed = True
             deadline = time.monotonic() + timeout
@@ -238,20 +281,23 @@ class EmbeddedBackend:
                 if remaining <= 0:
                     return False
                 self._state.wait(remaining)
-            connections, self._connections = self._connections, []
+            connections = self._pool.drain()
         for conn in connections:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - closing is best effort; nothing uses it any more
-                pass
-        self._local = threading.local()
+            _close_quietly(conn)
         return True
 
     def reopen(self) -> None:
         """Accept calls again after ``close()`` (tests and scripts that close and go on)."""
         with self._state:
             self._closed = False
-        self._local = threading.local()
+
+
+def _close_quietly(conn) -> None:
+    """Close a chdb connection or disconnect a driver client; best effort (nothing uses it any more)."""
+    try:
+        (conn.disconnect if hasattr(conn, "disconnect") else conn.close)()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _lock_holder(path: Path) -> str | None:
@@ -355,7 +401,7 @@ class NativeBackend:
     def __init__(self, url, database: str | None = None, cluster: str | None = None):
         self.url = url
         self.database = database or url.database
-        self._local = threading.local()
+        self._pool = ConnectionPool(self._open, _close_quietly)
         self._database_ready = False
         self._lock = threading.Lock()
         self.cluster = cluster or None
@@ -398,23 +444,21 @@ class NativeBackend:
             settings={"server_side_params": True},
         )
 
-    def _client(self):
-        client = getattr(self._local, "client", None)
-        if client is None:
-            if not self._database_ready:
-                with self._lock:
-                    if not self._database_ready:
-                        bootstrap = self._new_client("default")
-                        try:
-                            # On a cluster every node needs the database before ON CLUSTER DDL runs there.
-                            on_cluster = f" ON CLUSTER `{self.cluster}`" if self.cluster else ""
-                            self._execute(bootstrap, f"CREATE DATABASE IF NOT EXISTS `{self.database}`{on_cluster}", None,
-                                          "store.bootstrap")
-                        finally:
-                            bootstrap.disconnect()
-                        self._database_ready = True
-            client = self._local.client = self._new_client(self.database)
-        return client
+    def _open(self):
+        """A new client (it connects on its first call), once the database exists."""
+        if not self._database_ready:
+            with self._lock:
+                if not self._database_ready:
+                    bootstrap = self._new_client("default")
+                    try:
+                        # On a cluster every node needs the database before ON CLUSTER DDL runs there.
+                        on_cluster = f" ON CLUSTER `{self.cluster}`" if self.cluster else ""
+                        self._execute(bootstrap, f"CREATE DATABASE IF NOT EXISTS `{self.database}`{on_cluster}", None,
+                                      "store.bootstrap")
+                    finally:
+                        bootstrap.disconnect()
+                    self._database_ready = True
+        return self._new_client(self.database)
 
     def _execute(self, client, sql, params, tag, extra_settings=None, **kwargs):
         from clickhouse_driver import errors as ch_errors
@@ -443,12 +487,16 @@ class NativeBackend:
         # Reads and DDL: one bounded retry, on network errors only (a server restart drops idle
         # connections). Not on a timeout (resending a slow query doubles the wait) nor a refused
         # login. Inserts never come through here: they are not resent blindly.
+        client = self._pool.take()
         try:
-            return self._execute(self._client(), sql, params, tag, **kwargs)
-        except (StoreTimeout, StoreAuthError):
-            raise
-        except StoreUnavailable:
-            return self._execute(self._client(), sql, params, tag, **kwargs)
+            try:
+                return self._execute(client, sql, params, tag, **kwargs)
+            except (StoreTimeout, StoreAuthError):
+                raise
+            except StoreUnavailable:  # the client disconnected itself; it connects again for this
+                return self._execute(client, sql, params, tag, **kwargs)
+        finally:
+            self._pool.give(client)
 
     def query(self, sql: str, params: dict | None, tag: str) -> Result:
         rows, meta = self._call(sql, params or {}, tag, with_column_types=True)
@@ -475,13 +523,17 @@ class NativeBackend:
         column_list = ", ".join(f"`{c}`" for c in columns)
         sql = f"{tag_comment(tag)}INSERT INTO {table} ({column_list}) VALUES"
         settings = {"insert_deduplication_token": dedup_token} if dedup_token else None
-        self._execute(self._client(), sql, data, tag, columnar=True, types_check=False, extra_settings=settings)
+        client = self._pool.take()
+        try:
+            self._execute(client, sql, data, tag, columnar=True, types_check=False, extra_settings=settings)
+        finally:
+            self._pool.give(client)
 
     def close(self, timeout: float = 60.0) -> bool:
-        client = getattr(self._local, "client", None)
-        if client is not None:
-            client.disconnect()
-        self._local = threading.local()
+        """Disconnect the idle clients (one lent to a call running now goes back to the pool when
+        that call returns)."""
+        for client in self._pool.drain():
+            _close_quietly(client)
         return True
 
 

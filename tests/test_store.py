@@ -147,6 +147,53 @@ def test_threads_each_get_correct_parameter_substitutions(backend_store):
     assert errors == []
 
 
+def test_connections_follow_the_calls_running_at_once_not_the_threads_that_made_them(backend_store):
+    """A web server runs each page request in a thread of its own: a store that kept a connection
+    per thread opened one more on every request and kept them all (the embedded server's memory
+    grew ~170 MiB a minute under four polling users). Calls borrow from a pool instead."""
+    pool = backend_store.backend._pool
+    for n in range(60):  # sixty short-lived threads, one after another
+        thread = threading.Thread(target=backend_store.query, args=("SELECT {n:UInt32}", {"n": n}),
+                                  kwargs={"tag": "tests.pool"})
+        thread.start()
+        thread.join()
+    assert pool.open == 1
+
+    barrier = threading.Barrier(6)
+
+    def together():
+        barrier.wait()
+        backend_store.query("SELECT sleep(0.2)", tag="tests.pool")
+
+    for _ in range(3):  # six at once, three times over: the same six connections serve each round
+        threads = [threading.Thread(target=together) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert 1 < pool.open <= 6
+    assert pool.idle == pool.open
+
+
+def test_a_pool_keeps_at_most_max_idle_connections_and_closes_the_rest():
+    from store.backends import ConnectionPool
+
+    made, closed = [], []
+
+    def make():
+        made.append(object())
+        return made[-1]
+
+    pool = ConnectionPool(make, closed.append, max_idle=2)
+    lent = [pool.take() for _ in range(4)]
+    assert pool.open == 4 and pool.idle == 0
+    for conn in lent:
+        pool.give(conn)
+    assert pool.idle == 2 and pool.open == 2 and closed == lent[2:]
+    assert pool.take() is lent[1]  # the most recently given back
+    assert pool.drain() == [lent[0]] and pool.open == 1
+
+
 def test_unreachable_server_raises_store_unavailable():
     # A closed local port: the native backend must fail fast with the project's own error.
     url = parse_clickhouse_url("clickhouse://default@127.0.0.1:1/db?connect_timeout=1")
