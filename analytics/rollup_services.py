@@ -32,7 +32,7 @@ from django.conf import settings
 from store import get_store
 from store.schema import ROLLUP_HISTOGRAMS, ROLLUP_MINUTE
 
-from .summarizer import _clock_ns, watermark_get, watermark_set
+from .summarizer import _clock_ns, read_until_ms, watermark_get, watermark_set
 from analytics.trace_math import PHASES
 
 JOB = "rollup"
@@ -245,13 +245,13 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
     report = RollupReport()
     if project_ids is None:
         project_ids = list(Project.objects.values_list("pk", flat=True))
-    overlap_ms = int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000)
     late = int(settings.TRACEDASH_ROLLUP_LATE_SECONDS)
     late_every_ms = int(settings.TRACEDASH_ROLLUP_LATE_EVERY_SECONDS * 1000)
     for project_id in project_ids:
         report.projects += 1
         clock = _clock_ns()
-        until_ms = clock // 1_000_000
+        until_ms, overlap_ms = read_until_ms(get_store(), "rollup_dirty")
+        until_ms = min(until_ms, clock // 1_000_000)
         since_ms = max(0, watermark_get(project_id=project_id, job=JOB) - overlap_ms)
         marked = [int(r[0]) for r in get_store().query(
             _DIRTY_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},

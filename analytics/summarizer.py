@@ -10,7 +10,9 @@ tokens, cost with the project's price table) under a new ``version``: no span le
 A trace that grows later is summarised again and the newer row wins. The run re-reads an overlap
 before its watermark, because an insert that began before the previous run (so its
 ``ingested_at`` lies before the watermark) may have become visible only after it; the digest
-makes that re-read cost a three-column read, not a summary. It marks the minutes whose rollups
+makes that re-read cost a three-column read, not a summary. On the embedded store, which makes
+every insert itself, a run stops before the oldest insert still running instead and re-reads
+nothing (``read_until_ms``). It marks the minutes whose rollups
 changed (``rollup_dirty``) and tells open pages which traces were summarised (``traces.summarized``).
 
 ``trace_row`` computes the same row in Python with ``trace_math`` (the reference the SQL is tested
@@ -77,6 +79,23 @@ def summaries_fresh(*, project_id: int, within_seconds: float) -> bool:
         {"project_id": project_id, "job": JOB, "within_ms": int(within_seconds * 1000)},
         tag="analytics.summarizer.summaries_fresh",
     ).scalar())
+
+
+def read_until_ms(store, table: str) -> tuple[int, int]:
+    """(until, overlap), unix ms, for a run that reads ``table``'s rows by ``ingested_at`` from its
+    watermark: it reads up to ``until`` and, from the watermark less ``overlap``, again.
+
+    ``ingested_at`` is stamped when an insert starts and the rows become visible when it ends, so
+    a run that read up to the clock could miss an insert in flight then. Where the store knows
+    every insert (embedded: chdb's data directory belongs to this process), the run stops before
+    the oldest one still running and needs no overlap; otherwise (a server, written by other
+    processes too) it reads up to the clock and re-reads ``TRACEDASH_SUMMARIZE_OVERLAP_SECONDS``
+    before the watermark (the summariser's digest makes that re-read cheap, not free: under steady
+    traffic it was about a quarter of the summariser's time)."""
+    settled = store.settled_until_ms(table)
+    if settled is not None:
+        return settled, 0
+    return _clock_ns() // 1_000_000, int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000)
 
 
 def watermark_set(*, project_id: int, job: str, value: int) -> None:
@@ -244,13 +263,16 @@ def starts_retire(*, project_id: int, moved: list[tuple[str, int]], version: int
 
 
 _BOUND_SQL = """
-SELECT toUnixTimestamp64Milli(ingested_at)
-FROM spans
-WHERE project_id = {project_id:UInt64}
-  AND ingested_at >= fromUnixTimestamp64Milli({since_ms:Int64})
-  AND ingested_at < fromUnixTimestamp64Milli({until_ms:Int64})
-ORDER BY ingested_at
-LIMIT 1 OFFSET {max_spans:UInt64}
+SELECT count() AS n, min(t) AS first_ms, max(t) AS last_ms
+FROM (
+    SELECT toUnixTimestamp64Milli(ingested_at) AS t
+    FROM spans
+    WHERE project_id = {project_id:UInt64}
+      AND ingested_at >= fromUnixTimestamp64Milli({since_ms:Int64})
+      AND ingested_at < fromUnixTimestamp64Milli({until_ms:Int64})
+    ORDER BY ingested_at
+    LIMIT {limit:UInt64}
+)
 """
 
 
@@ -258,13 +280,16 @@ def _bounded_until(*, project_id: int, since_ms: int, until_ms: int) -> int:
     """Where this run stops reading: ``until_ms``, or earlier when more than
     ``TRACEDASH_SUMMARIZE_MAX_SPANS`` spans arrived since the watermark ``since_ms`` (a backlog — a
     bulk load, a first run — is worked off over several runs, each short). One insert's spans share their
-    ``ingested_at``, so a run takes a whole insert even when it alone is over the limit."""
-    bound = get_store().query(_BOUND_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms,
-                                            "max_spans": int(settings.TRACEDASH_SUMMARIZE_MAX_SPANS)},
-                              tag="analytics.summarizer.bound").scalar()
-    if bound is None:
+    ``ingested_at``, so a run takes a whole insert even when it alone is over the limit: it stops
+    before the arrival of the span past the limit, or just after the first arrival when that is
+    the same one (stopping before it would read nothing, and the run after would stop there again)."""
+    limit = int(settings.TRACEDASH_SUMMARIZE_MAX_SPANS)
+    n, first_ms, last_ms = get_store().query(
+        _BOUND_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms, "limit": limit + 1},
+        tag="analytics.summarizer.bound").rows[0]
+    if int(n) <= limit:
         return until_ms
-    return min(until_ms, max(int(bound), since_ms + 1))
+    return min(until_ms, max(int(last_ms), int(first_ms) + 1))
 
 
 def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeReport:
@@ -276,10 +301,9 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
     store = get_store()
     if project_ids is None:
         project_ids = list(Project.objects.values_list("pk", flat=True))
-    overlap_ms = int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000)
     for project_id in project_ids:
         report.projects += 1
-        until_ms = _clock_ns() // 1_000_000
+        until_ms, overlap_ms = read_until_ms(store, "spans")
         watermark = watermark_get(project_id=project_id, job=JOB)
         since_ms = max(0, watermark - overlap_ms)
         until_ms = _bounded_until(project_id=project_id, since_ms=watermark, until_ms=until_ms)

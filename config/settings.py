@@ -152,7 +152,9 @@ CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
 # ingested spans; the rollup task recomputes the minutes it marked and the late-arrival window,
 # then their hours and days. Both are idempotent, so an overlapping or repeated run is harmless.
 TRACEDASH_SUMMARIZE_SECONDS = ENV.summarize_seconds
-TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 10  # re-read before the watermark: inserts still in flight then
+# Re-read before the watermark on a ClickHouse server: inserts still in flight then (the embedded
+# store knows its own inserts and re-reads nothing: analytics.summarizer.read_until_ms).
+TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 10
 TRACEDASH_SUMMARIZE_BATCH_TRACES = 50_000  # traces summarised per INSERT … SELECT (a run has at most MAX_SPANS spans)
 TRACEDASH_SUMMARIZE_MAX_SPANS = 200_000  # per project and run; a backlog is worked off over several runs
 TRACEDASH_TRACE_MAX_SECONDS = 3600  # longest trace a bulk rebuild (manage.py summarize_traces) expects

@@ -17,6 +17,7 @@ DateTime/DateTime64 come back as aware UTC ``datetime`` (microseconds; select
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -162,6 +163,14 @@ class ConnectionPool:
         return len(self._idle)
 
 
+# Inserts running now in this process, per (database, table): {insert number: its start, unix ns}.
+# chdb opens a data directory in one process only, so in the embedded mode these are all the
+# inserts there are (``EmbeddedBackend.settled_until_ns``).
+_INFLIGHT: dict[tuple[str, str], dict[int, int]] = {}
+_INFLIGHT_LOCK = threading.Lock()
+_INFLIGHT_NUMBERS = itertools.count(1)
+
+
 class EmbeddedBackend:
     """chdb: ClickHouse in-process, data under ``path``."""
 
@@ -253,8 +262,32 @@ class EmbeddedBackend:
     def command(self, sql: str, params: dict | None, tag: str) -> None:
         self._run(sql, params, "CSV", tag)
 
+    def settled_until_ns(self, table: str) -> int:
+        """A time (unix ns, ClickHouse's clock: the process's own) before which every row this store
+        will ever stamp into ``table``'s ``ingested_at`` (``DEFAULT now64``) is already visible:
+        now, or the start of the oldest insert into ``table`` still running. An incremental reader
+        of ``ingested_at`` ranges that stops there needs no overlap for inserts that became
+        visible late: an insert stamps its rows after it started, and this process makes every
+        insert into this data directory (chdb opens it in one process only)."""
+        now = time.time_ns()  # first: an insert that starts after this stamps its rows later
+        with _INFLIGHT_LOCK:
+            running = _INFLIGHT.get((self.database, table))
+            oldest = min(running.values()) if running else now
+        return min(now, oldest)
+
     def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str,
                dedup_token: str | None = None) -> None:
+        key, number = (self.database, table), next(_INFLIGHT_NUMBERS)
+        with _INFLIGHT_LOCK:
+            _INFLIGHT.setdefault(key, {})[number] = time.time_ns()
+        try:
+            self._insert(table, columns, types, rows, tag, dedup_token)
+        finally:
+            with _INFLIGHT_LOCK:
+                del _INFLIGHT[key][number]
+
+    def _insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str,
+                dedup_token: str | None) -> None:
         # Rows travel as an Arrow table that chdb reads in place (Python() table function): about
         # four times cheaper than JSONEachRow text on both the Python and the ClickHouse side.
         arrow_rows = arrow_table(columns, types, rows)  # noqa: F841 - chdb finds it by name

@@ -151,6 +151,14 @@ class Store:
         self._timed("write", tag, started)
         return len(rows)
 
+    def settled_until_ms(self, table: str) -> int | None:
+        """Unix ms (ClickHouse's clock) before which every row of ``table`` with an ``ingested_at``
+        below it is already visible, where the store can tell (embedded: this process makes every
+        insert); None where it cannot (a server: other processes insert too), and a reader of
+        ``ingested_at`` ranges re-reads an overlap instead."""
+        settled = getattr(self.backend, "settled_until_ns", None)
+        return None if settled is None else settled(table) // 1_000_000
+
     def ping(self) -> None:
         self.query("SELECT 1", tag="store.ping")
 
