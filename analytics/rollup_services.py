@@ -250,7 +250,7 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
     for project_id in project_ids:
         report.projects += 1
         clock = _clock_ns()
-        until_ms, overlap_ms = read_until_ms(get_store(), "rollup_dirty")
+        until_ms, overlap_ms = read_until_ms(get_store(), "rollup_dirty", clock_ms=clock // 1_000_000)
         until_ms = min(until_ms, clock // 1_000_000)
         since_ms = max(0, watermark_get(project_id=project_id, job=JOB) - overlap_ms)
         marked = [int(r[0]) for r in get_store().query(

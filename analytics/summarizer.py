@@ -81,7 +81,7 @@ def summaries_fresh(*, project_id: int, within_seconds: float) -> bool:
     ).scalar())
 
 
-def read_until_ms(store, table: str) -> tuple[int, int]:
+def read_until_ms(store, table: str, *, clock_ms: int | None = None) -> tuple[int, int]:
     """(until, overlap), unix ms, for a run that reads ``table``'s rows by ``ingested_at`` from its
     watermark: it reads up to ``until`` and, from the watermark less ``overlap``, again.
 
@@ -91,11 +91,13 @@ def read_until_ms(store, table: str) -> tuple[int, int]:
     the oldest one still running and needs no overlap; otherwise (a server, written by other
     processes too) it reads up to the clock and re-reads ``TRACEDASH_SUMMARIZE_OVERLAP_SECONDS``
     before the watermark (the summariser's digest makes that re-read cheap, not free: under steady
-    traffic it was about a quarter of the summariser's time)."""
+    traffic it was about a quarter of the summariser's time). ``clock_ms``: ClickHouse's clock, where
+    the caller has just read it (saves reading it again)."""
     settled = store.settled_until_ms(table)
     if settled is not None:
         return settled, 0
-    return _clock_ns() // 1_000_000, int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000)
+    return (clock_ms if clock_ms is not None else _clock_ns() // 1_000_000,
+            int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000))
 
 
 def watermark_set(*, project_id: int, job: str, value: int) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from contextlib import contextmanager
 import re
 import threading
 import time
@@ -151,6 +152,15 @@ class ConnectionPool:
             self.open -= 1
         self._close(conn)
 
+    @contextmanager
+    def lent(self):
+        """A connection for the duration of one call, given back after it."""
+        conn = self.take()
+        try:
+            yield conn
+        finally:
+            self.give(conn)
+
     def drain(self) -> list:
         """Every idle connection, taken out of the pool for the caller to close."""
         with self._lock:
@@ -236,14 +246,12 @@ class EmbeddedBackend:
                 raise StoreUnavailable(self._closed_message(), tag=tag)
             self._active += 1
         try:
-            conn = self._pool.take()
-            try:
-                result = conn.query(sql, fmt, params=params) if params else conn.query(sql, fmt)
-                return result.bytes()  # copied out before the connection serves another call
-            except Exception as exc:
-                raise StoreError(str(exc).strip(), tag=tag, code=_error_code(str(exc))) from exc
-            finally:
-                self._pool.give(conn)
+            with self._pool.lent() as conn:
+                try:
+                    result = conn.query(sql, fmt, params=params) if params else conn.query(sql, fmt)
+                    return result.bytes()  # copied out before the connection serves another call
+                except Exception as exc:
+                    raise StoreError(str(exc).strip(), tag=tag, code=_error_code(str(exc))) from exc
         finally:
             with self._state:
                 self._active -= 1
@@ -520,16 +528,13 @@ class NativeBackend:
         # Reads and DDL: one bounded retry, on network errors only (a server restart drops idle
         # connections). Not on a timeout (resending a slow query doubles the wait) nor a refused
         # login. Inserts never come through here: they are not resent blindly.
-        client = self._pool.take()
-        try:
+        with self._pool.lent() as client:
             try:
                 return self._execute(client, sql, params, tag, **kwargs)
             except (StoreTimeout, StoreAuthError):
                 raise
             except StoreUnavailable:  # the client disconnected itself; it connects again for this
                 return self._execute(client, sql, params, tag, **kwargs)
-        finally:
-            self._pool.give(client)
 
     def query(self, sql: str, params: dict | None, tag: str) -> Result:
         rows, meta = self._call(sql, params or {}, tag, with_column_types=True)
@@ -556,11 +561,8 @@ class NativeBackend:
         column_list = ", ".join(f"`{c}`" for c in columns)
         sql = f"{tag_comment(tag)}INSERT INTO {table} ({column_list}) VALUES"
         settings = {"insert_deduplication_token": dedup_token} if dedup_token else None
-        client = self._pool.take()
-        try:
+        with self._pool.lent() as client:
             self._execute(client, sql, data, tag, columnar=True, types_check=False, extra_settings=settings)
-        finally:
-            self._pool.give(client)
 
     def close(self, timeout: float = 60.0) -> bool:
         """Disconnect the idle clients (one lent to a call running now goes back to the pool when
