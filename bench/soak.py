@@ -44,7 +44,10 @@ Pass/fail at the end (exit 1 on any FAIL):
     window) fails as often as not and a faster one almost always. 5 MiB/min is a leak of 9 bytes
     per span at 10,000 spans/s, of 30 KiB per page request (~170 a minute) or of 9 KiB per resource
     row (600 a minute). It cannot see a slower leak (5 MiB/min is still 7 GiB a day); a longer soak
-    can, with the same figure.
+    can, with the same figure. Printed beside it, not judged: the slope of the *floor* (each 30 s's lowest RSS),
+    the memory held between bursts of work. Merges of ever larger parts and page queries over a
+    window that fills all run long raise the peaks (and so the slope) without anything being
+    kept; a leak raises the floor as well.
 (c) **latency steady**: page p99 over the last 5 minutes ≤ ``--max-p99-factor`` (default 1.5) × page
     p99 over the first 5 minutes after a 1-minute warm-up (on a 10-minute run the two windows share
     minute 6). The spans table grows by millions of rows in between, so a page whose cost grows
@@ -91,6 +94,7 @@ from bench.ingest import (JSON_MARKER, TraceFactory, _marker_count, encode_nativ
 BATCH = 1000
 TEMPLATES = 6
 RSS_SECONDS = 1.0  # server RSS (from /proc: costs nothing) this often
+FLOOR_SLICE_SECONDS = 30.0  # (b) also reports the slope of each such slice's lowest RSS
 SAMPLE_SECONDS = 5.0  # /healthz this often
 WARMUP_MINUTES = 1.0
 MiB = 2**20
@@ -388,6 +392,28 @@ def slope_per_minute(points: list[tuple[float, float]]) -> tuple[float | None, f
     return slope * 60, error * 60
 
 
+def floor_points(points: list[tuple[float, float]], slice_s: float = FLOOR_SLICE_SECONDS) -> list[tuple[float, float]]:
+    """The lowest (seconds, value) of each ``slice_s`` slice of the points: the memory the server
+    holds between bursts of work (merges, summaries, page queries), where a leak shows."""
+    slices: dict[int, tuple[float, float]] = {}
+    counts: dict[int, int] = {}
+    for t, v in points:
+        k = int(t // slice_s)
+        counts[k] = counts.get(k, 0) + 1
+        if k not in slices or v < slices[k][1]:
+            slices[k] = (t, v)
+    # Only slices sampled for at least half their length (not the few samples after the run).
+    return [slices[k] for k in sorted(slices) if counts[k] >= slice_s / RSS_SECONDS / 2]
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}"
+
+
+def _plain(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:,.0f}"
 
@@ -482,7 +508,8 @@ def verdict(result: dict, args) -> list[dict]:
             f"{memory['slope_mib_per_min']:+.2f} ± {memory['slope_error']:.2f} MiB/min (least squares over "
             f"{memory['samples']} samples, ± one standard error, autocorrelation-corrected; bar < {args.max_rss_slope:g}); "
             f"RSS {memory['rss_first_mib']:,.0f} → {memory['rss_last_mib']:,.0f} MiB over the window, "
-            f"max {memory['rss_max_mib']:,.0f} MiB over the run")
+            f"max {memory['rss_max_mib']:,.0f} MiB over the run; floor (each {memory.get('floor_slice_s', 30):g} s's "
+            f"lowest RSS) {_signed(memory.get('floor_slope_mib_per_min'))} ± {_plain(memory.get('floor_slope_error'))} MiB/min")
     lat = result["latency"]
     if lat["first_p99_ms"] is None or lat["last_p99_ms"] is None:
         add("(c) latency steady", False, "no page requests in one of the windows")
@@ -675,6 +702,7 @@ def main(argv=None) -> int:
         lateness = sorted(x for _, _, _, x in record.ingest)
         rss_window = [(t - start, rss / MiB) for t, rss, _ in record.rss if t - start >= duration - window * 60]
         slope, error = slope_per_minute(rss_window)
+        floor_slope, floor_error = slope_per_minute(floor_points(rss_window))
 
         def pages_between(lo_min: float, hi_min: float) -> list[float]:
             return sorted(x for t, _, status, x in record.pages if lo_min * 60 <= t - start < hi_min * 60)
@@ -697,7 +725,8 @@ def main(argv=None) -> int:
                     "p50_ms": ms(percentile(ingest_latencies, 50)), "p99_ms": ms(percentile(ingest_latencies, 99)),
                     "late_p99_ms": ms(percentile(lateness, 99)), "late_max_ms": ms(percentile(lateness, 100))},
             memory={"from_minute": max(0.0, args.minutes - window), "to_minute": args.minutes, "slope_mib_per_min": slope,
-                    "slope_error": error, "rss_first_mib": rss_window[0][1] if rss_window else 0,
+                    "slope_error": error, "floor_slope_mib_per_min": floor_slope, "floor_slope_error": floor_error,
+                    "floor_slice_s": FLOOR_SLICE_SECONDS, "rss_first_mib": rss_window[0][1] if rss_window else 0,
                     "rss_last_mib": rss_window[-1][1] if rss_window else 0,
                     "rss_max_mib": max((s[1] for s in record.rss), default=0) / MiB,
                     "samples": len(rss_window), "every_s": RSS_SECONDS},

@@ -140,6 +140,14 @@ if ENV.embedded_beat:
         "task": "agent.tasks.sample_local_host",
         "schedule": ENV.beat_sample_seconds,
     }
+if ENV.embedded_beat and ENV.embedded_store and ENV.release_memory_seconds:
+    # chdb's allocator keeps freed pages until the thread that freed them allocates again; the
+    # serving process hands them back every few seconds (store.backends.EmbeddedBackend.release_memory),
+    # or its RSS climbs under steady ingestion while the memory in use stays flat.
+    CELERY_BEAT_SCHEDULE["store-release-memory"] = {
+        "task": "store.tasks.release_memory",
+        "schedule": float(ENV.release_memory_seconds),
+    }
 
 # Alerts: every rule is evaluated on this interval, by Celery beat or the embedded beat.
 CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {

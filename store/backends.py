@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from contextlib import contextmanager
 import re
 import threading
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import DataDirLocked, StoreAuthError, StoreError, StoreTimeout, StoreUnavailable
+
+log = logging.getLogger("tracedash.store")
 
 UTC = timezone.utc
 
@@ -197,6 +200,7 @@ class EmbeddedBackend:
         self._state = threading.Condition()
         self._active = 0
         self._closed = False
+        self._purge_unsupported = False
 
     def describe(self) -> str:
         return f"embedded chdb at {self.path} (database {self.database})"
@@ -282,6 +286,28 @@ class EmbeddedBackend:
             running = _INFLIGHT.get((self.database, table))
             oldest = min(running.values()) if running else now
         return min(now, oldest)
+
+    def release_memory(self) -> bool:
+        """Hand the memory ClickHouse has freed back to the system (``SYSTEM JEMALLOC PURGE``); True
+        when done. chdb's allocator keeps the pages its threads freed until that thread allocates
+        again, and runs no background thread that would return them after a while, as a server's
+        does: one query building 250 MiB of intermediate data leaves the process that much bigger
+        (tests/test_store_memory.py), and ingestion with the beat's tasks in one process held ~150
+        MiB more after six minutes than with this call every 10 s (docs/BENCHMARKS.md, "Soak"). The
+        embedded beat calls it every few seconds (store.tasks.release_memory). False, once and
+        from then on, where the chdb build has no jemalloc."""
+        if self._purge_unsupported:
+            return False
+        try:
+            self.command("SYSTEM JEMALLOC PURGE", None, "store.release_memory")
+        except StoreUnavailable:
+            return False
+        except StoreError as exc:
+            self._purge_unsupported = True
+            log.warning("embedded ClickHouse cannot return freed memory (SYSTEM JEMALLOC PURGE: %s); RSS may "
+                        "stay above what it uses", exc)
+            return False
+        return True
 
     def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str,
                dedup_token: str | None = None) -> None:

@@ -159,6 +159,12 @@ class Store:
         settled = getattr(self.backend, "settled_until_ns", None)
         return None if settled is None else settled(table) // 1_000_000
 
+    def release_memory(self) -> bool:
+        """Return the memory the embedded ClickHouse freed to the system (EmbeddedBackend.release_memory);
+        False where there is nothing to do (a server manages its own memory)."""
+        release = getattr(self.backend, "release_memory", None)
+        return bool(release and release())
+
     def ping(self) -> None:
         self.query("SELECT 1", tag="store.ping")
 
