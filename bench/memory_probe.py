@@ -1,0 +1,142 @@
+"""What the beat's work holds in memory, in one process without HTTP: is RSS growth kept memory or
+freed pages the allocator has not returned?
+
+    .venv/bin/python bench/memory_probe.py [--rate 6800] [--seconds 240] [--alerts 5] [--summaries 2]
+                                           [--rollups 10] [--release-every 0]
+
+Inserts realistic spans (``bench/load_spans.py``'s generator) through ``Store.insert`` at ``--rate``
+spans/s in 1,000-span batches into a fresh embedded store, while threads run, as the embedded beat
+does, the summariser, the rollups and alert rounds (the default rules of one project) every
+``--summaries`` / ``--rollups`` / ``--alerts`` seconds (0: not at all). Every 10 s it prints the
+process's RSS, then the RSS after ``SYSTEM JEMALLOC PURGE`` (ClickHouse's freed pages returned),
+the Python object count, ClickHouse's own memory tracker, threads and active/outdated parts. RSS
+that grows while the purged figure stays flat is memory held, not used; a purged figure that grows
+is kept memory. ``--release-every N`` purges every N s in a thread of its own instead (the
+product's ``store-release-memory`` entry), and the purge column then shows nothing more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS"))
+
+
+def threads() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("Threads"))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=6800.0)
+    parser.add_argument("--seconds", type=float, default=240.0)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--summaries", type=float, default=2.0, help="summariser every N s (0: never)")
+    parser.add_argument("--rollups", type=float, default=10.0, help="rollups every N s (0: never)")
+    parser.add_argument("--alerts", type=float, default=5.0, help="alert round every N s (0: never)")
+    parser.add_argument("--release-every", type=float, default=0.0, help="purge every N s in a thread (0: only at samples)")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="tracedash-memory-probe-"))
+    os.environ["TRACEDASH_DATA_DIR"] = str(work / "settings")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    import django
+
+    django.setup()
+    logging.getLogger("tracedash.store").setLevel(logging.ERROR)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from alerts.services import alerts_evaluate_round
+    from analytics import rollup_services, summarizer
+    from bench import load_spans
+    from projects.models import Project
+    from store import set_store
+
+    store = load_spans.open_store(work / "store")
+    set_store(store)
+    project = Project.objects.create(name="memory-probe")  # with the default alert rules
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def periodic(every: float, fn) -> None:
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - counted and shown at the end
+                errors.append(f"{fn.__name__}: {exc!r}")
+            stop.wait(max(0.0, every - (time.perf_counter() - started)))
+
+    def summaries():
+        summarizer.traces_summarize(project_ids=[project.pk])
+
+    def rollups():
+        rollup_services.rollups_update(project_ids=[project.pk])
+
+    def alerts():
+        alerts_evaluate_round(deliver="none")
+
+    def release():
+        store.release_memory()
+
+    jobs = [(args.summaries, summaries), (args.rollups, rollups), (args.alerts, alerts), (args.release_every, release)]
+    workers = [threading.Thread(target=periodic, args=(every, fn), daemon=True) for every, fn in jobs if every > 0]
+    total = int(args.rate * args.seconds)
+    t0 = time.time_ns()
+    gen = load_spans.Generator(seed=5, start_ns=t0, end_ns=t0 + int(args.seconds * 1e9), traces=max(1, total // 8),
+                               project_id=project.pk)
+    for worker in workers:
+        worker.start()
+    print(f"{total:,} spans at {args.rate:,.0f}/s; summaries every {args.summaries:g} s, rollups {args.rollups:g} s, "
+          f"alerts {args.alerts:g} s, purge thread {args.release_every:g} s (0: none)", flush=True)
+    print(f"{'s':>4} {'RSS MiB':>8} {'purged':>7} {'objects':>8} {'CH MiB':>7} {'threads':>7} {'parts':>7} {'behind s':>8}",
+          flush=True)
+    started = time.monotonic()
+    sent, pending, next_sample = 0, [], started
+    while sent < total:
+        while len(pending) < args.batch:
+            pending.extend(gen.trace(sent / total))
+        batch, pending = pending[:args.batch], pending[args.batch:]
+        due = started + sent / args.rate
+        now = time.monotonic()
+        if now < due:
+            time.sleep(due - now)
+        store.insert("spans", batch, tag="bench.memory_probe.spans")
+        sent += len(batch)
+        if time.monotonic() >= next_sample:
+            rss = rss_mib()
+            store.release_memory()
+            purged = rss_mib()
+            tracked = int(store.query("SELECT value FROM system.metrics WHERE metric = 'MemoryTracking'",
+                                      tag="bench.memory_probe.tracked").scalar())
+            active, outdated = store.query("SELECT countIf(active), countIf(NOT active) FROM system.parts"
+                                           " WHERE database = currentDatabase()", tag="bench.memory_probe.parts").rows[0]
+            print(f"{time.monotonic() - started:4.0f} {rss:8.0f} {purged:7.0f} {len(gc.get_objects()):8,} "
+                  f"{tracked / 2**20:7.0f} {threads():7} {active:>3}/{outdated:<3} {max(0.0, now - due):8.1f}", flush=True)
+            next_sample += 10
+    stop.set()
+    for worker in workers:
+        worker.join()
+    print(f"errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""), flush=True)
+    store.close()
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
