@@ -83,8 +83,9 @@ def top_values(*, project_id: int, start: datetime, end: datetime, key: str, ser
 
 
 def key_suggestions(*, project_id: int, start: datetime, end: datetime, limit: int = 5000) -> list[str]:
-    """Attribute keys (span and resource) seen on up to ``limit`` of the window's spans: cheap hints."""
-    sql = ("SELECT groupUniqArray(200)(k) AS keys FROM (SELECT arrayConcat(mapKeys(attributes), mapKeys(resource_attributes)) AS ks"
+    """Attribute keys (span and resource) that can name a variant (short values: ``spans.dims``, as
+    analytics.grouping.attribute_keys), seen on up to ``limit`` of the window's spans: cheap hints."""
+    sql = ("SELECT groupUniqArray(200)(k) AS keys FROM (SELECT mapKeys(dims) AS ks"
            " FROM spans WHERE project_id = {project_id:UInt64}"
            " AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})"
            " LIMIT {limit:UInt32}) ARRAY JOIN ks AS k")

@@ -26,6 +26,7 @@ from operator import attrgetter
 
 from store import get_store
 
+from analytics.panel_selectors import latest_summaries_sql
 from analytics.prices import prices_for_project
 from analytics.trace_math import (PHASES, SPAN_FIELDS_SQL, Tree, TraceSummary, critical_path, phase_of,
                                    trace_summarize)
@@ -358,8 +359,18 @@ def trace_json(detail: TraceDetail, *, columnar: bool = False) -> dict:
 
 COMPARE_FIGURES = ("e2e_ns", "ttft_ns", "input_tokens", "output_tokens", "cost_usd") + tuple(f"{p}_ns" for p in PHASES)
 
+def _since(seconds: int) -> dict[str, int]:
+    """The range parameters of "started in the last ``seconds``" (the upper bound: an hour ahead, for
+    clocks a little ahead of this one)."""
+    now = time.time_ns()
+    return {"since_ns": now - seconds * NS, "until_ns": now + 3600 * NS}
+
+
+# An endpoint's requests: its service and root span name, with a root.
+_ENDPOINT = "service = {service:String} AND root_name = {root_name:String} AND has_root = 1"
+
 # Exact medians (NULLs, i.e. a missing TTFT or cost, are skipped); the inner query reads the latest
-# version of each trace's summary.
+# summary of each trace starting since then (by start: analytics.panel_selectors.latest_summaries_sql).
 _ENDPOINT_P50_SQL = """
 SELECT
     count() AS traces,
@@ -367,12 +378,7 @@ SELECT
     countIf(cost_usd IS NOT NULL) AS cost_count,
     """ + ",\n    ".join(f"quantileExact(0.5)({name}) AS p50_{name}" for name in COMPARE_FIGURES) + """
 FROM (
-    SELECT * FROM traces
-    WHERE project_id = {project_id:UInt64}
-      AND start_time >= fromUnixTimestamp64Nano({since_ns:Int64})
-      AND service = {service:String} AND root_name = {root_name:String} AND has_root = 1
-    ORDER BY version DESC
-    LIMIT 1 BY trace_id
+""" + latest_summaries_sql("*", [("since_ns", "until_ns")], unit="Nano", where=_ENDPOINT) + """
 )
 """
 
@@ -400,7 +406,7 @@ def endpoint_p50(*, project_id: int, service: str, root_name: str, since_seconds
     row = get_store().query(
         _ENDPOINT_P50_SQL,
         {"project_id": project_id, "service": service, "root_name": root_name,
-         "since_ns": time.time_ns() - since_seconds * NS},
+         **_since(since_seconds)},
         tag="dashboard.trace_detail.endpoint_p50",
     ).dicts()[0]
     count = int(row["traces"])
@@ -416,17 +422,10 @@ def endpoint_p50(*, project_id: int, service: str, root_name: str, since_seconds
     return Baseline(label=f"P50 of {service} · {root_name} (last {hours:g} h, {count} traces)", traces=count, figures=figures)
 
 
-_ENDPOINT_RECENT_SQL = """
-SELECT trace_id, toUnixTimestamp64Nano(start_time) AS start_ns, e2e_ns, status
-FROM (
-    SELECT trace_id, start_time, e2e_ns, status FROM traces
-    WHERE project_id = {project_id:UInt64}
-      AND start_time >= fromUnixTimestamp64Nano({since_ns:Int64})
-      AND service = {service:String} AND root_name = {root_name:String} AND has_root = 1
-      AND trace_id != {trace_id:FixedString(32)}
-    ORDER BY version DESC
-    LIMIT 1 BY trace_id
-)
+# The newest first, read by start (the few granules at the window's end, not every trace since).
+_ENDPOINT_RECENT_SQL = latest_summaries_sql(
+    "trace_id, toUnixTimestamp64Nano(start_time) AS start_ns, e2e_ns, status", [("since_ns", "until_ns")],
+    unit="Nano", where=_ENDPOINT + " AND trace_id != {trace_id:FixedString(32)}") + """
 ORDER BY start_time DESC
 LIMIT {limit:UInt32}
 """
@@ -447,7 +446,7 @@ def endpoint_recent_traces(*, project_id: int, trace_id: str, service: str, root
     rows = get_store().query(
         _ENDPOINT_RECENT_SQL,
         {"project_id": project_id, "trace_id": trace_id, "service": service, "root_name": root_name,
-         "since_ns": time.time_ns() - since_seconds * NS, "limit": limit},
+         **_since(since_seconds), "limit": limit},
         tag="dashboard.trace_detail.endpoint_recent_traces",
     ).dicts()
     return [EndpointTrace(trace_id=r["trace_id"], start_ns=int(r["start_ns"]), e2e_ns=int(r["e2e_ns"]), status=r["status"])

@@ -257,3 +257,30 @@ def test_a_summary_whose_start_moved_counts_once_under_its_latest_start(project_
     assert requests(0, 60) == {"pro": 1}  # both starts inside: once
     assert requests(0, 30) == {}  # only the stale start inside: not counted
     assert requests(30, 60) == {"pro": 1}
+
+
+@pytest.mark.clickhouse
+def test_key_suggestions_are_the_keys_that_can_group(project_with_key):
+    """The filter bar's and the Variants view's key hints: span and resource keys with a short
+    value (``spans.dims``), never a key whose value is too long to group (a prompt), never another
+    project's keys."""
+    from analytics import variants
+    from store.schema import DIM_VALUE_MAX
+
+    project, _ = project_with_key()
+    other, _ = project_with_key()
+    rng = random.Random(7)
+    now = time.time_ns()
+    trace = random_trace(rng, start_ns=now - 600 * NS)
+    trace[0]["attributes"] = {"user.tier": "pro", "gen_ai.prompt": "p" * (DIM_VALUE_MAX + 1)}
+    trace[3]["resource_attributes"] = {"service.version": "1.2.0"}
+    foreign = random_trace(rng, start_ns=now - 600 * NS)
+    foreign[0]["attributes"] = {"tenant.secret": "x"}
+    insert_spans(project.pk, trace)
+    insert_spans(other.pk, foreign)
+    window = {"start": datetime.fromtimestamp(now / NS - 3600, tz=timezone.utc),
+              "end": datetime.fromtimestamp(now / NS + 60, tz=timezone.utc)}
+    for keys in (grouping.attribute_keys(project_id=project.pk, **window),
+                 variants.key_suggestions(project_id=project.pk, **window)):
+        assert {"user.tier", "service.version"} <= set(keys), keys
+        assert "gen_ai.prompt" not in keys and "tenant.secret" not in keys, keys
