@@ -23,7 +23,7 @@ import numpy as np
 from store import get_store
 
 from . import significance as sig
-from .grouping import SPAN_VALUE_SQL, trace_value_sql
+from .grouping import SPAN_VALUE_SQL, attribute_keys, trace_value_sql
 from .panel_selectors import _params, reads_concurrently, window_requests_sql
 
 DEFAULT_KEY = "llm.quantization"
@@ -83,15 +83,10 @@ def top_values(*, project_id: int, start: datetime, end: datetime, key: str, ser
 
 
 def key_suggestions(*, project_id: int, start: datetime, end: datetime, limit: int = 5000) -> list[str]:
-    """Attribute keys (span and resource) that can name a variant (short values: ``spans.dims``, as
-    analytics.grouping.attribute_keys), seen on up to ``limit`` of the window's spans: cheap hints."""
-    sql = ("SELECT groupUniqArray(200)(k) AS keys FROM (SELECT mapKeys(dims) AS ks"
-           " FROM spans WHERE project_id = {project_id:UInt64}"
-           " AND start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) AND start_time < fromUnixTimestamp64Milli({end_ms:Int64})"
-           " LIMIT {limit:UInt32}) ARRAY JOIN ks AS k")
-    r = get_store().query(sql, _params(project_id, start, end, "", "", limit=limit),
-                          tag="analytics.variants.key_suggestions").dicts()[0]
-    return sorted(r["keys"])
+    """Attribute keys (span and resource) that can name a variant, up to 200 of them, seen on up to
+    ``limit`` of the window's spans: cheap hints (the group-by suggestions' read,
+    analytics.grouping.attribute_keys)."""
+    return attribute_keys(project_id=project_id, start=start, end=end, limit=200, sample=limit)
 
 
 def _figures_read(params: dict) -> dict[str, dict]:

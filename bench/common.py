@@ -24,6 +24,12 @@ PRODUCTION_VARIABLES = ("DATABASE_URL", "CELERY_BROKER_URL", "TRACEDASH_CHANNEL_
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def rss_bytes(pid: int | str = "self") -> int:
+    """A process's resident memory (``VmRSS`` of /proc/<pid>/status; this process by default), bytes."""
+    match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(match.group(1)) * 1024 if match else 0
+
+
 def process_cpu_seconds() -> float:
     """CPU time (user + system) of this process, every thread included: with the embedded store,
     chdb's ClickHouse threads run inside it."""
@@ -100,8 +106,7 @@ class Server:
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
     def rss_bytes(self) -> int:
-        match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{self.proc.pid}/status").read_text())
-        return int(match.group(1)) * 1024 if match else 0
+        return rss_bytes(self.proc.pid)
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """Ctrl-C (SIGINT), then SIGKILL if it does not stop in time; the exit code."""

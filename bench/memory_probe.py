@@ -31,10 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS"))
+from bench.common import rss_bytes  # noqa: E402
 
 
 def threads() -> int:
@@ -120,9 +117,9 @@ def main(argv=None) -> int:
         store.insert("spans", batch, tag="bench.memory_probe.spans")
         sent += len(batch)
         if time.monotonic() >= next_sample:
-            rss = rss_mib()
+            rss = rss_bytes() / 2**20
             store.release_memory()
-            purged = rss_mib()
+            purged = rss_bytes() / 2**20
             tracked = int(store.query("SELECT value FROM system.metrics WHERE metric = 'MemoryTracking'",
                                       tag="bench.memory_probe.tracked").scalar())
             active, outdated = store.query("SELECT countIf(active), countIf(NOT active) FROM system.parts"

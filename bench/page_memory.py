@@ -28,15 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import table  # noqa: E402
+from bench.common import rss_bytes, table  # noqa: E402
 from bench.load_spans import DEFAULT_DATA_DIR, PROJECT_ID  # noqa: E402
 
 MIB = 1024 * 1024
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS"))
 
 
 class Peak:

@@ -87,7 +87,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import Server, machine, percentile, table  # noqa: E402
+from bench.common import Server, machine, percentile, rss_bytes, table  # noqa: E402
 from bench.ingest import (JSON_MARKER, TraceFactory, _marker_count, encode_native, patch_json,  # noqa: E402
                           stored_count, wait_drained)
 
@@ -122,11 +122,6 @@ print(json.dumps({"events": events, "series": series}))
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def own_rss_bytes() -> int:
-    match = re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text())
-    return int(match.group(1)) * 1024 if match else 0
 
 
 # --- recorders (appends from worker threads; list.append is atomic under the GIL) -------------------
@@ -665,7 +660,7 @@ def main(argv=None) -> int:
             if due > time.monotonic():
                 time.sleep(due - time.monotonic())
             tick += 1
-            record.rss.append((time.monotonic(), server.rss_bytes(), own_rss_bytes()))
+            record.rss.append((time.monotonic(), server.rss_bytes(), rss_bytes()))
             if (tick - 1) % round(SAMPLE_SECONDS / RSS_SECONDS):
                 continue
             resource_rows = gpus.rows_acknowledged  # read before /healthz: the writer has at least these
@@ -676,7 +671,7 @@ def main(argv=None) -> int:
                 continue
             now = time.monotonic()
             resource_marks.append((now, resource_rows))
-            record.samples.append((now, server.rss_bytes(), own_rss_bytes(), health["checks"]["ingest"],
+            record.samples.append((now, server.rss_bytes(), rss_bytes(), health["checks"]["ingest"],
                                    health["checks"]["clickhouse"].get("active_parts"), list(record.firing)))
             minute = int((now - start + 0.5) // 60)
             if minute > printed and minute <= math.ceil(args.minutes):

@@ -359,6 +359,7 @@ def trace_json(detail: TraceDetail, *, columnar: bool = False) -> dict:
 
 COMPARE_FIGURES = ("e2e_ns", "ttft_ns", "input_tokens", "output_tokens", "cost_usd") + tuple(f"{p}_ns" for p in PHASES)
 
+
 def _since(seconds: int) -> dict[str, int]:
     """The range parameters of "started in the last ``seconds``" (the upper bound: an hour ahead, for
     clocks a little ahead of this one)."""
