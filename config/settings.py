@@ -141,9 +141,9 @@ if ENV.embedded_beat:
         "schedule": ENV.beat_sample_seconds,
     }
 if ENV.embedded_beat and ENV.embedded_store and ENV.release_memory_seconds:
-    # chdb's allocator keeps freed pages until the thread that freed them allocates again; the
-    # serving process hands them back every few seconds (store.backends.EmbeddedBackend.release_memory),
-    # or its RSS climbs under steady ingestion while the memory in use stays flat.
+    # chdb's allocator keeps freed pages until the thread that freed them allocates again (a query
+    # that built 250 MiB left the process 250 MiB bigger); the serving process hands them back every
+    # few seconds (store.backends.EmbeddedBackend.release_memory).
     CELERY_BEAT_SCHEDULE["store-release-memory"] = {
         "task": "store.tasks.release_memory",
         "schedule": float(ENV.release_memory_seconds),
