@@ -1,5 +1,8 @@
-"""Reads behind the overview, costs and compare pages: figures over a time window (DOMAIN.md
-"Over a time window"), from the per-trace summaries (``traces``, latest version of each trace).
+"""Exact figures over a time window (DOMAIN.md "Over a time window") from the per-trace summaries
+(the latest version of each trace, read by start from ``traces_by_start``), the result types the
+rollup reads share (``analytics.rollups``: what the pages read), and the pages' shared read helpers.
+``window_stats`` here is the reference the rollups are tested against and what a compare side that
+filters by an attribute reads (the rollups keep no attributes).
 
 A request is a trace whose root has arrived, in the window its root starts in (as the rollups
 count it). Its status is its root's (DOMAIN.md "Status"): an error request is one whose root
@@ -18,7 +21,6 @@ from typing import Callable
 
 from store import get_store
 
-from .selectors import bucket_seconds, bucket_times
 from analytics.trace_math import PHASES
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -26,9 +28,6 @@ QUANTILES = (0.5, 0.9, 0.95, 0.99)
 # The requests a page counts (roots) of the service and model it filters by ('' for any).
 SCOPE = """has_root = 1 AND ({service:String} = '' OR service = {service:String})
   AND ({model:String} = '' OR model = {model:String})"""
-_FILTER = f"""project_id = {{project_id:UInt64}}
-  AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}})
-  AND {SCOPE}"""
 
 
 def latest_summaries_sql(columns: str, ranges: list[tuple[str, str]], *, unit: str = "Milli",
@@ -48,7 +47,8 @@ def latest_summaries_sql(columns: str, ranges: list[tuple[str, str]], *, unit: s
 
 
 def window_requests_sql(columns: str) -> str:
-    """The window's requests (the rows ``_FILTER`` selects of each trace's latest summary) with
+    """The window's requests (the latest summary of each rooted trace starting in it, of the
+    service and model filtered, ``SCOPE``) with
     ``columns`` (``trace_id`` among them for a join): ``latest_summaries_sql`` over the window."""
     return latest_summaries_sql(columns, [("start_ms", "end_ms")], where=SCOPE)
 
@@ -75,6 +75,10 @@ _AGGREGATES = """count() AS requests,
     quantilesExactIf(0.5, 0.9, 0.95, 0.99)(inference_ns, inference_ns > 0) AS inference_q, countIf(inference_ns > 0) AS inference_n,
     quantilesExactIf(0.5, 0.9, 0.95, 0.99)(postprocess_ns, postprocess_ns > 0) AS postprocess_q, countIf(postprocess_ns > 0) AS postprocess_n,
     quantilesExactIf(0.5, 0.9, 0.95, 0.99)(other_ns, other_ns > 0) AS other_q, countIf(other_ns > 0) AS other_n"""
+
+
+_STATS_COLUMNS = ("trace_id, status, error_spans, e2e_ns, input_tokens, output_tokens, cost_usd, cost_estimated, ttft_ns, "
+                  "tpot_ns, network_ns, preprocess_ns, inference_ns, postprocess_ns, other_ns")
 
 
 def _params(project_id: int, start: datetime, end: datetime, service: str, model: str, **extra) -> dict:
@@ -162,11 +166,12 @@ def _stats(r: dict, seconds: float) -> WindowStats:
 def window_stats(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
                  release: tuple[str, str] | None = None) -> WindowStats:
     """The window's figures. ``release``: (attribute key, value) — only traces with a span carrying it."""
-    sql = f"SELECT {_AGGREGATES} FROM traces FINAL WHERE {_FILTER}"
     params = _params(project_id, start, end, service, model)
+    where = SCOPE
     if release:
-        sql += f" AND trace_id IN ({_ATTRIBUTE_TRACES})"
+        where += f" AND trace_id IN ({_ATTRIBUTE_TRACES})"
         params.update(attr_key=release[0], attr_value=release[1])
+    sql = f"SELECT {_AGGREGATES} FROM ({latest_summaries_sql(_STATS_COLUMNS, [('start_ms', 'end_ms')], where=where)})"
     r = get_store().query(sql, params, tag="analytics.panel_selectors.window_stats").dicts()[0]
     return _stats(r, (end - start).total_seconds())
 
@@ -194,22 +199,6 @@ class WindowSeries:
         return [None if b is None else getter(b) for b in self.buckets]
 
 
-def window_series(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
-                  points: int = 120) -> WindowSeries:
-    step = bucket_seconds(start=start, end=end, points=points)
-    times = bucket_times(start=start, end=end, step=step)
-    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
-    sql = (f"SELECT intDiv(toUnixTimestamp64Milli(start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}} AS bucket_ms, "
-           f"{_AGGREGATES} FROM traces FINAL WHERE {_FILTER} GROUP BY bucket_ms ORDER BY bucket_ms")
-    buckets: list[WindowStats | None] = [None] * len(times)
-    for r in get_store().query(sql, _params(project_id, start, end, service, model, step_ms=step * 1000),
-                               tag="analytics.panel_selectors.window_series").dicts():
-        i = index.get(r["bucket_ms"])
-        if i is not None:
-            buckets[i] = _stats(r, step)
-    return WindowSeries(start=start, end=end, step_seconds=step, times=times, buckets=buckets)
-
-
 # Latency buckets of the histogram / heatmap: upper edges in ms, 1-2-5 steps.
 LATENCY_EDGES_MS = (10, 20, 50, 100, 200, 500, 1000, 1500, 2000, 5000, 10000, 20000, 60000)
 
@@ -235,49 +224,11 @@ class LatencyHeatmap:
         return [sum(row) for row in self.counts]
 
 
-def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
-                    points: int = 120) -> LatencyHeatmap:
-    step = bucket_seconds(start=start, end=end, points=points)
-    times = bucket_times(start=start, end=end, step=step)
-    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
-    sql = (f"SELECT intDiv(toUnixTimestamp64Milli(start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}} AS bucket_ms, "
-           "arrayCount(edge -> e2e_ns >= edge * 1000000, {edges:Array(UInt64)}) AS lat, count() AS n "
-           f"FROM traces FINAL WHERE {_FILTER} GROUP BY bucket_ms, lat")
-    counts = [[0] * len(times) for _ in range(len(LATENCY_EDGES_MS) + 1)]
-    params = _params(project_id, start, end, service, model, step_ms=step * 1000, edges=list(LATENCY_EDGES_MS))
-    for r in get_store().query(sql, params, tag="analytics.panel_selectors.latency_heatmap").dicts():
-        i = index.get(r["bucket_ms"])
-        if i is not None:
-            counts[r["lat"]][i] += r["n"]
-    return LatencyHeatmap(times=times, step_seconds=step, edges_ms=LATENCY_EDGES_MS, counts=counts)
-
-
 @dataclass(frozen=True)
 class ModelSpend:
     times: list[datetime]
     step_seconds: int
     cost_by_model: dict[str, list[float | None]] = field(default_factory=dict)
-
-
-def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
-                   points: int = 120) -> ModelSpend:
-    step = bucket_seconds(start=start, end=end, points=points)
-    times = bucket_times(start=start, end=end, step=step)
-    index = {int(t.timestamp() * 1000): i for i, t in enumerate(times)}
-    # Each call's cost under its own model (DOMAIN.md "Cost"); a summary written before the
-    # per-model maps existed counts under the trace's model.
-    sql = (f"SELECT intDiv(toUnixTimestamp64Milli(start_time), {{step_ms:UInt64}}) * {{step_ms:UInt64}} AS bucket_ms, "
-           "sumMap(if(empty(model_cost_usd) AND cost_usd IS NOT NULL, CAST(map(CAST(model AS String), "
-           "assumeNotNull(cost_usd)), 'Map(String, Float64)'), model_cost_usd)) AS costs "
-           f"FROM traces FINAL WHERE {_FILTER} GROUP BY bucket_ms ORDER BY bucket_ms")
-    out: dict[str, list[float | None]] = {}
-    for r in get_store().query(sql, _params(project_id, start, end, service, model, step_ms=step * 1000),
-                               tag="analytics.panel_selectors.spend_by_model").dicts():
-        i = index.get(r["bucket_ms"])
-        if i is not None:
-            for m, cost in r["costs"].items():
-                out.setdefault(m or "(no model)", [None] * len(times))[i] = float(cost)
-    return ModelSpend(times=times, step_seconds=step, cost_by_model=dict(sorted(out.items())))
 
 
 def panel_facets(*, project_id: int, start: datetime, end: datetime) -> dict[str, list[str]]:

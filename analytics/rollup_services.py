@@ -74,15 +74,23 @@ def hist_key_sql(expr: str) -> str:
     return f"toUInt16(ceil(log({safe}) / {_LN_GAMMA!r}))"
 
 
-def _hist_from_traces(name: str) -> str:
-    one = "toUInt64(1)"
+def hist_entry_sql(name: str) -> tuple[str, str]:
+    """Histogram ``name``'s key of a per-trace summary, and the condition under which the summary
+    counts in it: every request in E2E's; TTFT's and TPOT's, the requests that have one; a phase's,
+    the requests that spent time in it (its percentiles are over those)."""
     if name == "e2e":
-        return f"sumMap(map({hist_key_sql('e2e_ns')}, {one}))"
+        return hist_key_sql("e2e_ns"), "1"
     if name in ("ttft", "tpot"):
         col = f"{name}_ns"
-        return f"sumMapIf(map({hist_key_sql(f'assumeNotNull({col})')}, {one}), {col} IS NOT NULL)"
-    # A phase's percentiles are over the requests that spent time in it.
-    return f"sumMapIf(map({hist_key_sql(f'{name}_ns')}, {one}), {name}_ns > 0)"
+        return hist_key_sql(f"assumeNotNull({col})"), f"{col} IS NOT NULL"
+    return hist_key_sql(f"{name}_ns"), f"{name}_ns > 0"
+
+
+def _hist_from_traces(name: str) -> str:
+    key, condition = hist_entry_sql(name)
+    if condition == "1":
+        return f"sumMap(map({key}, toUInt64(1)))"
+    return f"sumMapIf(map({key}, toUInt64(1)), {condition})"
 
 
 # Minutes from the latest summaries of rooted traces (a request is a trace whose root arrived).

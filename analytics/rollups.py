@@ -4,8 +4,10 @@ compare pages and the series JSON endpoints, served from the minute/hour/day rol
 Same interface and result types as ``analytics.panel_selectors`` (which computes them exactly
 from ``traces``), so a page switches by its import. Each read picks its tables by range:
 
-- series whose step is under a minute (short windows) read ``traces`` directly
-  (``panel_selectors``: few rows, exact);
+- series whose step is under a minute (windows up to an hour) read the per-trace summaries of the
+  window, aggregated in buckets of that step exactly as the minute rollup aggregates a minute
+  (histograms included), so their percentiles are the rollups' and their working memory does not
+  grow with the requests in the window;
 - everything else reads minute rollups (windows up to 2 days: measured cheaper than mixing
   levels), or the coarsest rollups with whole buckets in the window — days, then six hours, then
   hours towards the edges, minutes for the partial hours — a series only uses a level whose bucket
@@ -36,7 +38,7 @@ from store import get_store
 from . import panel_selectors
 from .panel_selectors import (LATENCY_EDGES_MS, QUANTILES, LatencyHeatmap, ModelSpend, WindowSeries,
                               WindowStats)
-from .rollup_services import FROM_TRACES, HIST_GAMMA, TRACE_COLUMNS, hist_key_sql, rollups_ready_ns
+from .rollup_services import FROM_TRACES, HIST_GAMMA, TRACE_COLUMNS, hist_entry_sql, hist_key_sql, rollups_ready_ns
 from .selectors import bucket_seconds, bucket_times
 from analytics.trace_math import PHASES
 
@@ -119,26 +121,29 @@ def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> lis
 # The latest summary of every trace whose summary starts in one of the edge ranges, aggregated as a
 # minute's rollup row: read from ``traces_by_start`` alone (panel_selectors.latest_summaries_sql),
 # both edges of a window by one subquery.
-def _edge_rows(edges: list[tuple[int, int, int]], columns: list[str]) -> str:
+def _edge_rows(edges: list[tuple[int, int, int]], columns: list[str], bucket_s: int = MINUTE) -> str:
     keys = ("bucket", "service", "model")
     inner = ", ".join(f"{FROM_TRACES[c]} AS a_{c}" for c in columns if c not in keys)
     outer = ", ".join(c if c in keys else f"a_{c} AS {c}" for c in columns)
     latest = panel_selectors.latest_summaries_sql(TRACE_COLUMNS, [(f"elo{i}", f"ehi{i}") for i, _, _ in edges],
                                                   unit="Nano", where=panel_selectors.SCOPE)
     return (
-        f"SELECT {outer} FROM (SELECT toDateTime(intDiv(toUnixTimestamp64Nano(start_time), {MINUTE_NS}) * {MINUTE}, 'UTC')"
+        f"SELECT {outer} FROM (SELECT toDateTime(intDiv(toUnixTimestamp64Nano(start_time), {bucket_s * 1_000_000_000})"
+        f" * {bucket_s}, 'UTC')"
         f" AS bucket, service, model, {inner} FROM ({latest})"
         " GROUP BY bucket, service, model)")
 
 
-def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool = False) -> tuple[str, dict]:
+def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool = False,
+            edge_seconds: int = MINUTE) -> tuple[str, dict]:
     """The rows of the segments' levels, filtered; ``totals``: hours and days from the rollups
     summed over every service and model (for reads that filter neither and need no model).
-    An ``edge`` segment's rows are aggregated from the summaries, like a minute's."""
+    An ``edge`` segment's rows are aggregated from the summaries like a minute's, in buckets of
+    ``edge_seconds`` (a series finer than a minute: its step)."""
     parts, params = [], {}
     edges = [(i, lo, hi) for i, (level, lo, hi) in enumerate(segments) if level == "edge"]
     if edges:
-        parts.append(_edge_rows(edges, [c.strip() for c in columns.split(",")]))
+        parts.append(_edge_rows(edges, [c.strip() for c in columns.split(",")], edge_seconds))
         for i, lo, hi in edges:
             params[f"elo{i}"], params[f"ehi{i}"] = lo, hi
     for i, (level, lo, hi) in enumerate(segments):
@@ -192,6 +197,9 @@ def _read(segments, *, project_id: int, service: str, model: str, hists: tuple[s
           tag: str) -> tuple[dict[int, dict], dict[int, dict[str, tuple[list, int]]]]:
     """Sums per time bucket (``step``; one bucket 0 without) and the chosen histograms'
     quantile keys and counts per bucket — in one query (one round trip)."""
+    if all(level == "edge" for level, _, _ in segments):
+        return _read_summaries(segments, project_id=project_id, service=service, model=model, hists=hists, step=step,
+                               tag=tag)
     time_expr = "intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32}" if step else "toUInt32(0)"
     totals = not service and not model
     source, params = _source(segments, ", ".join(("bucket", *_SUM_COLUMNS)), totals=totals)
@@ -209,6 +217,45 @@ def _read(segments, *, project_id: int, service: str, model: str, hists: tuple[s
         sums[t] = r
         for metric, keys, n in r.get("found") or ():
             quantiles.setdefault(t, {})[hists[int(metric)]] = (keys, int(n))
+    return sums, quantiles
+
+
+def _summaries(segments, *, project_id: int, service: str, model: str) -> tuple[str, dict]:
+    """The latest summary of each request starting in the (``edge``) segments, and its parameters."""
+    ranges = [(f"elo{i}", f"ehi{i}") for i in range(len(segments))]
+    params = {"project_id": project_id, "service": service, "model": model}
+    for i, (_, lo, hi) in enumerate(segments):
+        params[f"elo{i}"], params[f"ehi{i}"] = lo, hi
+    return panel_selectors.latest_summaries_sql(TRACE_COLUMNS, ranges, unit="Nano", where=panel_selectors.SCOPE), params
+
+
+def _summary_bucket(step: int | None) -> str:
+    """A summary's time bucket of ``step`` seconds (unix seconds; 0 for one bucket)."""
+    if not step:
+        return "toUInt32(0)"
+    return f"toUInt32(intDiv(toUnixTimestamp64Nano(start_time), {step * 1_000_000_000}) * {step})"
+
+
+def _read_summaries(segments, *, project_id: int, service: str, model: str, hists: tuple[str, ...],
+                    step: int | None, tag: str) -> tuple[dict[int, dict], dict[int, dict[str, tuple[list, int]]]]:
+    """``_read`` of a window the rollups hold no minute of (one shorter than a minute, one the
+    rollup task has not reached, a series finer than a minute): one pass over its per-trace
+    summaries, the sums as the minute rollup computes them and each histogram's quantile keys
+    straight from the summaries' keys (a hash table of keys per bucket: neither the maps an edge
+    row builds to be added to rollup rows nor every request's value)."""
+    latest, params = _summaries(segments, project_id=project_id, service=service, model=model)
+    columns = [f"{FROM_TRACES[c]} AS s_{c}" for c in _SUM_COLUMNS]
+    for i, h in enumerate(hists):
+        key, condition = hist_entry_sql(h)
+        columns.append(f"quantilesExactWeightedIf({_QS[1:-1]})({key}, toUInt64(1), {condition}) AS q{i}")
+        columns.append(f"countIf({condition}) AS n{i}")
+    sql = f"SELECT {_summary_bucket(step)} AS t, {', '.join(columns)} FROM ({latest}) GROUP BY t HAVING s_requests > 0"
+    sums: dict[int, dict] = {}
+    quantiles: dict[int, dict[str, tuple[list, int]]] = {}
+    for r in get_store().query(sql, params, tag=tag).dicts():
+        t = int(r["t"])
+        sums[t] = r
+        quantiles[t] = {h: (r[f"q{i}"], int(r[f"n{i}"])) for i, h in enumerate(hists)}
     return sums, quantiles
 
 
@@ -238,11 +285,6 @@ def _empty(seconds: float) -> WindowStats:
                        cost_estimated=0, e2e_ms=dict(none), ttft_ms=dict(none), tpot_ms=dict(none),
                        phase_ms={p: dict(none) for p in PHASES}, phase_mean_ms=dict.fromkeys(PHASES),
                        e2e_mean_ms=None)
-
-
-def _exact(start: datetime, end: datetime, points: int) -> bool:
-    """Series finer than a minute come from ``traces`` (exact; the rollups hold minutes)."""
-    return bucket_seconds(start=start, end=end, points=points) < MINUTE
 
 
 def _seconds(t: datetime) -> int:
@@ -305,8 +347,17 @@ def _check(histograms) -> None:
         raise ValueError(f"unknown histogram(s) {sorted(unknown)}; known: {HISTOGRAMS}")
 
 
-def _series_step(start: datetime, end: datetime, points: int) -> int:
-    return max(MINUTE, bucket_seconds(start=start, end=end, points=points))
+def _series_pieces(project_id: int, start: datetime, end: datetime, points: int) -> tuple[int, list, int]:
+    """A series' step (about ``points`` buckets), the pieces it reads and the width of the buckets
+    its ``edge`` pieces are aggregated in. A step under a minute (windows up to an hour) reads the
+    whole window from the per-trace summaries in buckets of that step, aggregated as the minute
+    rollup is (histograms: percentiles within 0.5 %, as every longer series), so its working memory
+    is bounded by its buckets, not by the requests in the window (exact percentiles kept every
+    request's values: ~190 MiB for an hour of 8 M spans)."""
+    step = bucket_seconds(start=start, end=end, points=points)
+    if step < MINUTE:
+        return step, ([("edge", _ns(start), _ns(end))] if end > start else []), step
+    return step, _pieces(project_id, start, end, step), MINUTE
 
 
 def window_series(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
@@ -316,15 +367,11 @@ def window_series(*, project_id: int, start: datetime, end: datetime, service: s
     per bucket (of ``HISTOGRAMS``; the others are ``None``). By default those the pages draw over
     time (E2E, TTFT, network): every histogram costs a long window about 15 ms more; pass
     ``HISTOGRAMS`` for all, ``()`` for none (counts, tokens, cost and mean phase times only)."""
-    if _exact(start, end, points):
-        return panel_selectors.window_series(project_id=project_id, start=start, end=end, service=service,
-                                             model=model, points=points)
     _check(histograms)
-    step = _series_step(start, end, points)
+    step, segments, _ = _series_pieces(project_id, start, end, points)
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     buckets: list[WindowStats | None] = [None] * len(times)
-    segments = _pieces(project_id, start, end, step)
     if segments:
         sums, quantiles = _read(segments, project_id=project_id, service=service, model=model,
                                 hists=tuple(histograms), step=step, tag="analytics.rollups.window_series")
@@ -339,19 +386,23 @@ def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service:
                     points: int = 120) -> LatencyHeatmap:
     """Requests per E2E latency bucket (``LATENCY_EDGES_MS``) per time bucket. From the rollups a
     request lands by its histogram value, so one within 0.5 % of an edge may fall on either side."""
-    if _exact(start, end, points):
-        return panel_selectors.latency_heatmap(project_id=project_id, start=start, end=end, service=service,
-                                               model=model, points=points)
-    step = _series_step(start, end, points)
+    step, segments, edge_seconds = _series_pieces(project_id, start, end, points)
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     counts = [[0] * len(times) for _ in range(len(LATENCY_EDGES_MS) + 1)]
-    segments = _pieces(project_id, start, end, step)
     if segments:
-        source, params = _source(segments, "bucket, e2e_hist", totals=not service and not model)
-        sql = ("SELECT intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32} AS t,"
-               " arrayCount(first -> k >= first, {firsts:String}::Array(UInt16)) AS lat, sum(c) AS n"
-               f" FROM {source} ARRAY JOIN mapKeys(e2e_hist) AS k, mapValues(e2e_hist) AS c GROUP BY t, lat")
+        def lat(key: str) -> str:
+            return f"arrayCount(first -> {key} >= first, {{firsts:String}}::Array(UInt16)) AS lat"
+
+        if all(level == "edge" for level, _, _ in segments):  # each request's own key
+            source, params = _summaries(segments, project_id=project_id, service=service, model=model)
+            sql = (f"SELECT {_summary_bucket(step)} AS t, {lat(hist_key_sql('e2e_ns'))}, count() AS n"
+                   f" FROM ({source}) GROUP BY t, lat")
+        else:
+            source, params = _source(segments, "bucket, e2e_hist", totals=not service and not model,
+                                     edge_seconds=edge_seconds)
+            sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, {lat('k')}, sum(c) AS n"
+                   f" FROM {source} ARRAY JOIN mapKeys(e2e_hist) AS k, mapValues(e2e_hist) AS c GROUP BY t, lat")
         edges = "[" + ",".join(str(_first_key_at_least(edge)) for edge in LATENCY_EDGES_MS) + "]"
         for r in get_store().query(sql, {"project_id": project_id, "service": service, "model": model, "step": step,
                                          "firsts": edges, **params}, tag="analytics.rollups.latency_heatmap").dicts():
@@ -374,16 +425,12 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
                    points: int = 120) -> ModelSpend:
     """Cost per model per time bucket: each model call's cost under its own model ("(no model)"
     for spans without one). ``model`` filters the requests (by their first model call), as elsewhere."""
-    if _exact(start, end, points):
-        return panel_selectors.spend_by_model(project_id=project_id, start=start, end=end, service=service,
-                                              model=model, points=points)
-    step = _series_step(start, end, points)
+    step, segments, edge_seconds = _series_pieces(project_id, start, end, points)
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     out: dict[str, list[float | None]] = {}
-    segments = _pieces(project_id, start, end, step)
     if segments:
-        source, params = _source(segments, "bucket, model, requests, cost_usd, model_cost_usd")
+        source, params = _source(segments, "bucket, model, requests, cost_usd, model_cost_usd", edge_seconds=edge_seconds)
         sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, "
                f"sumMap({_per_model('model_cost_usd')}) AS costs FROM {source} GROUP BY t HAVING sum(requests) > 0")
         for r in get_store().query(sql, {"project_id": project_id, "service": service, "model": model, "step": step,

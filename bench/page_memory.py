@@ -9,8 +9,9 @@ in this process, from the embedded store ``bench/load_spans.py`` filled (rollups
 member of its project. Before each request the freed pages are returned
 (``Store.release_memory``), then a thread reads the process's RSS every 5 ms while the request
 runs: the page's peak is the highest RSS less the RSS before. Prints each page's median peak and
-time over ``--runs``. 8 M spans over the last 0.03 days (43 minutes) is what a 20-minute soak at
-6,800 spans/s holds; every default window (the last hour) then covers all of it.
+time over ``--runs``, then the same for the overview's and costs' store reads one by one. 8 M
+spans over the last 0.03 days (43 minutes) is what a 20-minute soak at 6,800 spans/s holds; every
+default window (the last hour) then covers all of it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,26 @@ class Peak:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, rss_bytes())
+
+
+def _store_reads():
+    """The overview's and costs' reads one by one over the last hour, as the pages call them."""
+    from datetime import datetime, timedelta, timezone
+
+    from analytics import panel_selectors, rollups
+
+    end = datetime.now(timezone.utc)
+    args = {"project_id": PROJECT_ID, "start": end - timedelta(hours=1), "end": end}
+    return [
+        ("window_stats", lambda: rollups.window_stats(**args)),
+        ("window_series", lambda: rollups.window_series(**args)),
+        ("latency_heatmap", lambda: rollups.latency_heatmap(**args)),
+        ("spend_by_model", lambda: rollups.spend_by_model(**args)),
+        ("model_totals", lambda: rollups.model_totals(**args)),
+        ("panel_facets", lambda: panel_selectors.panel_facets(**args)),
+        ("request_rates (last 1 and 5 min)", lambda: rollups.request_rates(
+            project_id=PROJECT_ID, spans=[(end - timedelta(minutes=1), end), (end - timedelta(minutes=5), end)])),
+    ]
 
 
 def main(argv=None) -> int:
@@ -109,9 +130,19 @@ def main(argv=None) -> int:
                 raise SystemExit(f"{path}: HTTP {response.status_code}")
             peaks.append(peak.peak - peak.start)
         results.append((name, path, peaks, times))
+    for name, read in _store_reads():
+        peaks, times = [], []
+        for _ in range(args.runs):
+            store.release_memory()
+            with Peak() as peak:
+                started = time.perf_counter()
+                read()
+                times.append(time.perf_counter() - started)
+            peaks.append(peak.peak - peak.start)
+        results.append((name, "(store read, last hour)", peaks, times))
     rows = [[name, f"{statistics.median(times) * 1000:,.0f}", f"{statistics.median(peaks) / MIB:,.1f}",
              f"{max(peaks) / MIB:,.1f}"] for name, path, peaks, times in results]
-    print(table(["page", "median ms", "RSS above the start while answering, median MiB", "max MiB"], rows))
+    print(table(["page or read", "median ms", "RSS above the start while answering, median MiB", "max MiB"], rows))
     store.close()
     return 0
 

@@ -71,8 +71,10 @@ def test_engine_charts_draw_seeded_samples_and_redraw_live(page, asgi_server, ma
     assert [t["name"] for t in kv] == [LABEL] and non_null(kv[0]["y"]) == [55.0]
     ttft = {t["name"]: non_null(t["y"]) for t in chart_data(page, "fig-engine-ttft")}
     assert ttft[f"engine TTFT P95 · {LABEL}"] == [pytest.approx(480.0)] * 2
-    assert ttft["app TTFT P95 (traces of llama)"] == [900.0, 900.0]
-    assert ttft[f"outside the engine · {LABEL}"] == [900.0, 900.0]  # the band's upper edge: the app-side line
+    # the app's percentiles come from the summaries' histograms: within 0.5 %
+    assert ttft["app TTFT P95 (traces of llama)"] == [pytest.approx(900.0, rel=0.005)] * 2
+    # the band's upper edge: the app-side line
+    assert ttft[f"outside the engine · {LABEL}"] == ttft["app TTFT P95 (traces of llama)"]
     assert page.evaluate("""Array.from(document.getElementById('chart-fig-engine-ttft').data)
         .find((t) => t.name.startsWith('outside the engine')).fill""") == "tonexty"
     # The band is drawn: plotly filled a path with area between the two lines (its outline goes

@@ -112,6 +112,40 @@ def test_series_buckets_agree_with_exact(seeded):
     assert sum(v or 0 for values in spend.cost_by_model.values() for v in values) == pytest.approx(exact["cost_usd"])
 
 
+def test_series_finer_than_a_minute_agree_with_exact(seeded):
+    """A window of an hour or less is drawn in buckets under a minute, from the summaries aggregated
+    as the rollups are: every bucket's counts are exact, its percentiles within the rollups' 1 %,
+    the heatmap and the spend add up to the window, whatever second the window starts on."""
+    project, start, end = seeded
+    lo, hi = start + 37 * NS + 61 * 60 * NS, start + 37 * NS + 101 * 60 * NS  # 40 minutes, off the minute
+    series = rollups.window_series(project_id=project.pk, start=utc(lo), end=utc(hi), points=120,
+                                   histograms=rollups.HISTOGRAMS)
+    assert series.step_seconds == 30
+    total = 0
+    for t, bucket in zip(series.times, series.buckets):
+        t_ns = max(int(t.timestamp()) * NS, lo)
+        exact = exact_from_spans(project.pk, start_ns=t_ns, end_ns=min(int(t.timestamp()) * NS + 30 * NS, hi))
+        if bucket is None:
+            assert exact["requests"] == 0, t
+            continue
+        total += bucket.requests
+        assert bucket.requests == exact["requests"] and bucket.errors == exact["errors"], t
+        assert bucket.output_tokens == exact["output_tokens"], t
+        assert_close(bucket.e2e_ms, exact_ms(exact["e2e"]), f"e2e at {t}")
+        assert_close(bucket.ttft_ms, exact_ms(exact["ttft"]), f"ttft at {t}")
+        assert_close(bucket.phase_ms["network"], exact_ms(exact["network"]), f"network at {t}")
+    window = exact_from_spans(project.pk, start_ns=lo, end_ns=hi)
+    assert total == window["requests"] > 100
+    heatmap = rollups.latency_heatmap(project_id=project.pk, start=utc(lo), end=utc(hi), points=120)
+    assert heatmap.step_seconds == 30 and sum(heatmap.totals) == window["requests"]
+    spend = rollups.spend_by_model(project_id=project.pk, start=utc(lo), end=utc(hi), points=120)
+    assert spend.step_seconds == 30
+    assert sum(v or 0 for values in spend.cost_by_model.values() for v in values) == pytest.approx(window["cost_usd"])
+    service = rollups.window_series(project_id=project.pk, start=utc(lo), end=utc(hi), points=120, service="search")
+    assert sum(b.requests for b in service.buckets if b) == exact_from_spans(
+        project.pk, start_ns=lo, end_ns=hi, service="search")["requests"]
+
+
 def _table_totals(project_id: int, table: str) -> dict:
     return get_store().query(
         f"SELECT sum(requests) AS requests, sum(errors) AS errors, sum(e2e_sum_ns) AS e2e, sum(output_tokens) AS tokens,"
