@@ -8,9 +8,10 @@ attribute such as ``service.version``) belongs to the value of its *earliest* sp
 values counts once, under the first. Requests are the window's traces with a root (DOMAIN.md), their status the root's.
 
 Round trips: ``top_values`` (the default values, when none are given), ``key_suggestions``, then
-three reads side by side: request figures (with a uniform sample of at most ``SAMPLE_CAP`` per-trace
-values per variant for the bootstrap), scores (FINAL) and host GPU figures. All scoped by project.
-Each read assigns traces once, with the grouped series' query (analytics.grouping.trace_value_sql).
+two reads side by side: request figures with their scores (a uniform sample of at most
+``SAMPLE_CAP`` per-trace values per variant for the bootstrap; each request's scores, FINAL, joined
+to it) and host GPU figures. All scoped by project. Each read assigns traces once, with the grouped
+series' query (analytics.grouping.trace_value_sql).
 """
 
 from __future__ import annotations
@@ -35,15 +36,12 @@ SAMPLE_SEED = 17
 # The trace ids of the window's requests (from traces_by_start: panel_selectors.window_requests_sql),
 # to prefilter the scores and spans the reads join to.
 _WINDOW_TRACE_IDS = window_requests_sql("trace_id")
-# Those of them with a score (any version): the only traces the scores read needs assigned.
-_SCORED_TRACE_IDS = (f"SELECT trace_id FROM scores WHERE project_id = {{project_id:UInt64}}"
-                     f" AND trace_id IN ({_WINDOW_TRACE_IDS})")
 
 
-def _assigned(where: str = "") -> str:
+def _assigned() -> str:
     """trace_id -> its variant (the value on its earliest span carrying the key; an empty value is
     no value): the grouped series' assignment (analytics.grouping), one scan of the spans."""
-    return f"SELECT trace_id, v AS variant FROM ({trace_value_sql(where)})"
+    return f"SELECT trace_id, v AS variant FROM ({trace_value_sql()})"
 
 
 # The window's requests with their variant (only the chosen values).
@@ -59,9 +57,9 @@ def _values(n: int) -> str:
     return ", ".join(f"{{v{i}:String}}" for i in range(max(n, 1)))
 
 
-def _variant_traces(n: int, where: str = "") -> str:
-    """The window's requests with their variant; ``where`` narrows the traces assigned (_assigned)."""
-    return _VARIANT_TRACES_TEMPLATE.replace("__ASSIGNED__", _assigned(where)).replace("__VALUES__", _values(n))
+def _variant_traces(n: int) -> str:
+    """The window's requests of the ``n`` chosen values, with their variant."""
+    return _VARIANT_TRACES_TEMPLATE.replace("__ASSIGNED__", _assigned()).replace("__VALUES__", _values(n))
 
 
 def _p(project_id: int, start: datetime, end: datetime, service: str, model: str, key: str,
@@ -89,8 +87,18 @@ def key_suggestions(*, project_id: int, start: datetime, end: datetime, limit: i
     return attribute_keys(project_id=project_id, start=start, end=end, limit=200, sample=limit)
 
 
-def _figures_read(params: dict) -> dict[str, dict]:
-    _VARIANT_TRACES = _variant_traces(params["n_values"])
+# Each request's scores (latest version of each), as parallel arrays: (name, type, label) and value.
+_TRACE_SCORES = f"""SELECT trace_id, groupArray((name, data_type, label)) AS score_keys, groupArray(value) AS score_values
+    FROM (SELECT trace_id, name, data_type, value,
+                 if(data_type = 'categorical', string_value,
+                    if(data_type = 'boolean', toString(value), toString(round(value, 2)))) AS label
+          FROM scores FINAL WHERE project_id = {{project_id:UInt64}} AND trace_id IN ({_WINDOW_TRACE_IDS}))
+    GROUP BY trace_id"""
+
+
+def _figures_read(params: dict) -> tuple[dict[str, dict], list[dict]]:
+    """Each variant's request figures, and its scores per (name, type, label): count, sum, sum of
+    squares — one read, so the traces are assigned once (the scores join the requests they belong to)."""
     sql = f"""SELECT variant, count() AS requests, countIf(status = 'error') AS errors,
         sum(output_tokens) AS output_total, sum(ifNull(cost_usd, 0)) AS cost_total,
         varSamp(ifNull(cost_usd, 0)) AS cost_var,
@@ -99,24 +107,20 @@ def _figures_read(params: dict) -> dict[str, dict]:
         countIf(tpot_ns IS NOT NULL) AS tpot_n, quantileExact(0.95)(tpot_ns) AS tpot_p95,
         groupArraySample({SAMPLE_CAP}, {SAMPLE_SEED})(e2e_ns) AS e2e_sample,
         groupArraySampleIf({SAMPLE_CAP}, {SAMPLE_SEED})(assumeNotNull(ttft_ns), ttft_ns IS NOT NULL) AS ttft_sample,
-        groupArraySampleIf({SAMPLE_CAP}, {SAMPLE_SEED})(assumeNotNull(tpot_ns), tpot_ns IS NOT NULL) AS tpot_sample
-        FROM ({_VARIANT_TRACES}) GROUP BY variant"""
-    return {r["variant"]: r for r in get_store().query(sql, params, tag="analytics.variants.figures").dicts()}
-
-
-def _scores_read(params: dict) -> list[dict]:
-    # The assignment once (``vt`` is used once), and only of the traces with a score.
-    _VARIANT_TRACES = _variant_traces(params["n_values"], f"AND trace_id IN ({_SCORED_TRACE_IDS})")
-    sql = f"""WITH vt AS ({_VARIANT_TRACES})
-        SELECT v.variant AS variant, s.name AS name, s.data_type AS data_type,
-               if(s.data_type = 'categorical', s.string_value,
-                  if(s.data_type = 'boolean', toString(s.value), toString(round(s.value, 2)))) AS label,
-               count() AS n, sum(s.value) AS total, sum(s.value * s.value) AS total_sq
-        FROM (SELECT trace_id, name, data_type, value, string_value FROM scores FINAL
-              WHERE project_id = {{project_id:UInt64}} AND trace_id IN ({_WINDOW_TRACE_IDS})) AS s
-        INNER JOIN (SELECT trace_id, variant FROM vt) AS v ON s.trace_id = v.trace_id
-        GROUP BY variant, name, data_type, label ORDER BY name, variant, label"""
-    return get_store().query(sql, params, tag="analytics.variants.scores").dicts()
+        groupArraySampleIf({SAMPLE_CAP}, {SAMPLE_SEED})(assumeNotNull(tpot_ns), tpot_ns IS NOT NULL) AS tpot_sample,
+        sumMap(s.score_keys, arrayMap(x -> toUInt64(1), s.score_values), s.score_values,
+               arrayMap(x -> x * x, s.score_values)) AS score_stats
+        FROM ({_variant_traces(params["n_values"])}) AS vt
+        LEFT JOIN ({_TRACE_SCORES}) AS s ON vt.trace_id = s.trace_id
+        GROUP BY variant"""
+    figures, scores = {}, []
+    for r in get_store().query(sql, params, tag="analytics.variants.figures").dicts():
+        figures[r["variant"]] = r
+        keys, counts, totals, squares = r.pop("score_stats")
+        scores += [{"variant": r["variant"], "name": name, "data_type": data_type, "label": label, "n": n,
+                    "total": total, "total_sq": total_sq}
+                   for (name, data_type, label), n, total, total_sq in zip(keys, counts, totals, squares)]
+    return figures, sorted(scores, key=lambda x: (x["name"], x["variant"], x["label"]))
 
 
 # The window's GPU samples (widened as the spans are), per host and minute.
@@ -226,9 +230,8 @@ def variants_compare(*, project_id: int, start: datetime, end: datetime, key: st
     if not values:
         return result
     params = _p(project_id, start, end, service, model, key, values)
-    r = reads_concurrently(figures=lambda: _figures_read(params), scores=lambda: _scores_read(params),
-                           gpu=lambda: _gpu_read(params))
-    fig_rows, gpu_rows = r["figures"], r["gpu"]
+    r = reads_concurrently(figures=lambda: _figures_read(params), gpu=lambda: _gpu_read(params))
+    (fig_rows, score_rows), gpu_rows = r["figures"], r["gpu"]
     empty = {"requests": 0, "errors": 0, "output_total": 0, "cost_total": 0.0, "cost_var": 0.0, "e2e_q": [0, 0, 0],
              "ttft_n": 0, "ttft_p95": 0, "tpot_n": 0, "tpot_p95": 0, "e2e_sample": [], "ttft_sample": [], "tpot_sample": []}
     rows = [fig_rows.get(v, empty) for v in values]
@@ -279,7 +282,7 @@ def variants_compare(*, project_id: int, start: datetime, end: datetime, key: st
         add("GPU (hosts serving it)", label, "%", lower, vals,
             [sig.welch_diff(g0[f"{prefix}_n"], vals[0], g0[f"{prefix}_var"], g[f"{prefix}_n"], v, g[f"{prefix}_var"])
              for g, v in zip(gpus[1:], vals[1:])])
-    result.scores = _score_figures(r["scores"], values)
+    result.scores = _score_figures(score_rows, values)
     return result
 
 
