@@ -142,8 +142,9 @@ if ENV.embedded_beat:
     }
 if ENV.embedded_beat and ENV.embedded_store and ENV.release_memory_seconds:
     # chdb's allocator keeps freed pages until the thread that freed them allocates again (a query
-    # that built 250 MiB left the process 250 MiB bigger); the serving process hands them back every
-    # few seconds (store.backends.EmbeddedBackend.release_memory).
+    # that built 250 MiB left the process 250 MiB bigger), and glibc keeps what Python's threads
+    # freed inside their arenas; the serving process hands both back every few seconds
+    # (store.backends.EmbeddedBackend.release_memory, config.memory.trim).
     CELERY_BEAT_SCHEDULE["store-release-memory"] = {
         "task": "store.tasks.release_memory",
         "schedule": float(ENV.release_memory_seconds),

@@ -90,3 +90,58 @@ def test_the_embedded_beat_releases_memory_and_a_server_setup_does_not():
     assert "store-release-memory" not in _schedule(TRACEDASH_RELEASE_MEMORY_SECONDS="0")
     app.loader.import_default_modules()
     assert "store.tasks.release_memory" in app.tasks
+
+
+def _fragment_in_a_thread(megabytes: int) -> list:
+    """Python objects of a few KiB (glibc's malloc, not Python's small-object allocator) allocated
+    by a thread of their own, one in fifty kept: the rest freed but not at the arena's top, so glibc
+    keeps the pages."""
+    import threading
+
+    kept = []
+
+    def work():
+        blocks = [bytes(4096) for _ in range(megabytes * 256)]
+        kept.extend(blocks[::50])
+        del blocks
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    return kept
+
+
+def test_trim_returns_what_python_threads_freed():
+    from config import memory
+
+    if memory._glibc() is None:
+        assert memory.trim() is False and memory.limit_arenas() is False
+        return
+    memory.trim()
+    before = _rss()
+    kept = _fragment_in_a_thread(200)
+    held = _rss()
+    assert memory.trim() is True
+    trimmed = _rss()
+    assert held - before > 100 * MIB, (before / MIB, held / MIB)  # freed, still held by glibc
+    assert held - trimmed > 100 * MIB, (held / MIB, trimmed / MIB)
+    assert len(kept) == len(range(0, 200 * 256, 50))
+
+
+def test_memory_helpers_do_nothing_without_glibc(monkeypatch):
+    from config import memory
+
+    monkeypatch.setattr(memory, "_glibc", lambda: None)
+    assert memory.trim() is False
+    assert memory.limit_arenas() is False
+
+
+def test_the_release_task_trims_and_purges(monkeypatch):
+    from config import memory
+    from store import tasks
+
+    calls = []
+    monkeypatch.setattr(memory, "trim", lambda: calls.append("trim") or True)
+    monkeypatch.setattr(tasks, "get_store", lambda: type("S", (), {"release_memory": lambda self: calls.append("purge") or False})())
+    assert tasks.release_memory() is True
+    assert calls == ["trim", "purge"]

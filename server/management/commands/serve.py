@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from config import memory
 from store import StoreError, get_store
 
 from server.shutdown import DemoFirstServer, StopNotes, hard_exit, main_thread, stop_in_order
@@ -45,6 +46,7 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, workers, no_migrate, **options):
         if not faulthandler.is_enabled():
             faulthandler.enable()  # a crash in native code prints every Python thread's stack
+        memory.limit_arenas()  # the serving threads share two malloc arenas (config.memory)
         embedded = settings.ENV.embedded_store
         if workers < 1:
             raise CommandError("--workers must be at least 1")

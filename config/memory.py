@@ -1,0 +1,58 @@
+"""Memory the process freed, handed back to the system (glibc's side; ClickHouse's own allocator is
+``Store.release_memory``).
+
+Python's objects over 512 bytes (request bodies, decoded batches, query results, rendered pages)
+come from glibc's malloc, which gives each thread that allocates an arena of its own (up to eight
+per core) and returns the free space inside an arena only when it lies at the arena's top. A server
+whose threads take turns with megabyte-sized batches and pages therefore grows its RSS by what it
+freed, arena after arena. ``limit_arenas`` caps the arenas (``M_ARENA_MAX``: threads share them),
+``trim`` returns the free pages of every arena (``malloc_trim``). Both do nothing where the C
+library is not glibc (musl, macOS): they return False.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import logging
+
+log = logging.getLogger("tracedash.memory")
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+SERVER_ARENAS = 2
+
+
+@functools.cache
+def _glibc():
+    """glibc's handle, or None (another C library, or none found)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.gnu_get_libc_version.restype = ctypes.c_char_p
+        libc.gnu_get_libc_version()
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def limit_arenas(arenas: int = SERVER_ARENAS) -> bool:
+    """Cap glibc's malloc arenas for the rest of the process's life (threads started later share
+    them); True when set."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    ok = bool(libc.mallopt(M_ARENA_MAX, arenas))
+    if not ok:
+        log.warning("mallopt(M_ARENA_MAX, %d) refused", arenas)
+    return ok
+
+
+def trim() -> bool:
+    """Return the free pages of every malloc arena to the system; True when glibc did it."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True
