@@ -1,13 +1,14 @@
 """Reads of the rollups: the figures of DOMAIN.md "Over a time window" for the overview, costs and
 compare pages and the series JSON endpoints, served from the minute/hour/day rollups.
 
-Same interface and result types as ``analytics.panel_selectors`` (which computes them exactly
-from ``traces``), so a page switches by its import. Each read picks its tables by range:
+The result types are ``analytics.panel_selectors``' (whose ``window_stats`` computes a window's
+figures exactly from the per-trace summaries: the reference these are tested against). Each read
+picks its tables by range:
 
-- series whose step is under a minute (windows up to an hour) read the per-trace summaries of the
-  window, aggregated in buckets of that step exactly as the minute rollup aggregates a minute
-  (histograms included), so their percentiles are the rollups' and their working memory does not
-  grow with the requests in the window;
+- series whose step is under a minute (windows up to one or two hours, by the points asked) read
+  the window's per-trace summaries, aggregated in buckets of that step as the minute rollup
+  aggregates a minute (histograms included), so their percentiles are the rollups' and their
+  working memory does not grow with the requests in the window;
 - everything else reads minute rollups (windows up to 2 days: measured cheaper than mixing
   levels), or the coarsest rollups with whole buckets in the window — days, then six hours, then
   hours towards the edges, minutes for the partial hours — a series only uses a level whose bucket
@@ -349,7 +350,7 @@ def _check(histograms) -> None:
 
 def _series_pieces(project_id: int, start: datetime, end: datetime, points: int) -> tuple[int, list, int]:
     """A series' step (about ``points`` buckets), the pieces it reads and the width of the buckets
-    its ``edge`` pieces are aggregated in. A step under a minute (windows up to an hour) reads the
+    its ``edge`` pieces are aggregated in. A step under a minute (windows up to an hour or two) reads the
     whole window from the per-trace summaries in buckets of that step, aggregated as the minute
     rollup is (histograms: percentiles within 0.5 %, as every longer series), so its working memory
     is bounded by its buckets, not by the requests in the window (exact percentiles kept every
