@@ -122,29 +122,26 @@ def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> lis
 # The latest summary of every trace whose summary starts in one of the edge ranges, aggregated as a
 # minute's rollup row: read from ``traces_by_start`` alone (panel_selectors.latest_summaries_sql),
 # both edges of a window by one subquery.
-def _edge_rows(edges: list[tuple[int, int, int]], columns: list[str], bucket_s: int = MINUTE) -> str:
+def _edge_rows(edges: list[tuple[int, int, int]], columns: list[str]) -> str:
     keys = ("bucket", "service", "model")
     inner = ", ".join(f"{FROM_TRACES[c]} AS a_{c}" for c in columns if c not in keys)
     outer = ", ".join(c if c in keys else f"a_{c} AS {c}" for c in columns)
     latest = panel_selectors.latest_summaries_sql(TRACE_COLUMNS, [(f"elo{i}", f"ehi{i}") for i, _, _ in edges],
                                                   unit="Nano", where=panel_selectors.SCOPE)
     return (
-        f"SELECT {outer} FROM (SELECT toDateTime(intDiv(toUnixTimestamp64Nano(start_time), {bucket_s * 1_000_000_000})"
-        f" * {bucket_s}, 'UTC')"
+        f"SELECT {outer} FROM (SELECT toDateTime(intDiv(toUnixTimestamp64Nano(start_time), {MINUTE_NS}) * {MINUTE}, 'UTC')"
         f" AS bucket, service, model, {inner} FROM ({latest})"
         " GROUP BY bucket, service, model)")
 
 
-def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool = False,
-            edge_seconds: int = MINUTE) -> tuple[str, dict]:
+def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool = False) -> tuple[str, dict]:
     """The rows of the segments' levels, filtered; ``totals``: hours and days from the rollups
     summed over every service and model (for reads that filter neither and need no model).
-    An ``edge`` segment's rows are aggregated from the summaries like a minute's, in buckets of
-    ``edge_seconds`` (a series finer than a minute: its step)."""
+    An ``edge`` segment's rows are aggregated from the summaries, like a minute's."""
     parts, params = [], {}
     edges = [(i, lo, hi) for i, (level, lo, hi) in enumerate(segments) if level == "edge"]
     if edges:
-        parts.append(_edge_rows(edges, [c.strip() for c in columns.split(",")], edge_seconds))
+        parts.append(_edge_rows(edges, [c.strip() for c in columns.split(",")]))
         for i, lo, hi in edges:
             params[f"elo{i}"], params[f"ehi{i}"] = lo, hi
     for i, (level, lo, hi) in enumerate(segments):
@@ -198,7 +195,7 @@ def _read(segments, *, project_id: int, service: str, model: str, hists: tuple[s
           tag: str) -> tuple[dict[int, dict], dict[int, dict[str, tuple[list, int]]]]:
     """Sums per time bucket (``step``; one bucket 0 without) and the chosen histograms'
     quantile keys and counts per bucket — in one query (one round trip)."""
-    if all(level == "edge" for level, _, _ in segments):
+    if _all_summaries(segments):
         return _read_summaries(segments, project_id=project_id, service=service, model=model, hists=hists, step=step,
                                tag=tag)
     time_expr = "intDiv(toUnixTimestamp(bucket), {step:UInt32}) * {step:UInt32}" if step else "toUInt32(0)"
@@ -348,17 +345,22 @@ def _check(histograms) -> None:
         raise ValueError(f"unknown histogram(s) {sorted(unknown)}; known: {HISTOGRAMS}")
 
 
-def _series_pieces(project_id: int, start: datetime, end: datetime, points: int) -> tuple[int, list, int]:
-    """A series' step (about ``points`` buckets), the pieces it reads and the width of the buckets
-    its ``edge`` pieces are aggregated in. A step under a minute (windows up to an hour or two) reads the
-    whole window from the per-trace summaries in buckets of that step, aggregated as the minute
-    rollup is (histograms: percentiles within 0.5 %, as every longer series), so its working memory
-    is bounded by its buckets, not by the requests in the window (exact percentiles kept every
-    request's values: ~190 MiB for an hour of 8 M spans)."""
+def _series_pieces(project_id: int, start: datetime, end: datetime, points: int) -> tuple[int, list]:
+    """A series' step (about ``points`` buckets) and the pieces it reads. A step under a minute
+    (windows up to an hour or two) reads the whole window from the per-trace summaries (one
+    ``edge`` piece: ``_all_summaries``), in buckets of that step, aggregated as the minute rollup is
+    (histograms: percentiles within 0.5 %, as every longer series), so its working memory is bounded
+    by its buckets, not by the requests in the window (exact percentiles kept every request's
+    values: ~190 MiB for an hour of 8 M spans)."""
     step = bucket_seconds(start=start, end=end, points=points)
     if step < MINUTE:
-        return step, ([("edge", _ns(start), _ns(end))] if end > start else []), step
-    return step, _pieces(project_id, start, end, step), MINUTE
+        return step, [("edge", _ns(start), _ns(end))] if end > start else []
+    return step, _pieces(project_id, start, end, step)
+
+
+def _all_summaries(segments) -> bool:
+    """Every piece is read from the summaries (none from the rollups): each request is a row."""
+    return all(level == "edge" for level, _, _ in segments)
 
 
 def window_series(*, project_id: int, start: datetime, end: datetime, service: str = "", model: str = "",
@@ -369,7 +371,7 @@ def window_series(*, project_id: int, start: datetime, end: datetime, service: s
     time (E2E, TTFT, network): every histogram costs a long window about 15 ms more; pass
     ``HISTOGRAMS`` for all, ``()`` for none (counts, tokens, cost and mean phase times only)."""
     _check(histograms)
-    step, segments, _ = _series_pieces(project_id, start, end, points)
+    step, segments = _series_pieces(project_id, start, end, points)
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     buckets: list[WindowStats | None] = [None] * len(times)
@@ -387,7 +389,7 @@ def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service:
                     points: int = 120) -> LatencyHeatmap:
     """Requests per E2E latency bucket (``LATENCY_EDGES_MS``) per time bucket. From the rollups a
     request lands by its histogram value, so one within 0.5 % of an edge may fall on either side."""
-    step, segments, edge_seconds = _series_pieces(project_id, start, end, points)
+    step, segments = _series_pieces(project_id, start, end, points)
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     counts = [[0] * len(times) for _ in range(len(LATENCY_EDGES_MS) + 1)]
@@ -395,13 +397,12 @@ def latency_heatmap(*, project_id: int, start: datetime, end: datetime, service:
         def lat(key: str) -> str:
             return f"arrayCount(first -> {key} >= first, {{firsts:String}}::Array(UInt16)) AS lat"
 
-        if all(level == "edge" for level, _, _ in segments):  # each request's own key
+        if _all_summaries(segments):  # each request's own key
             source, params = _summaries(segments, project_id=project_id, service=service, model=model)
             sql = (f"SELECT {_summary_bucket(step)} AS t, {lat(hist_key_sql('e2e_ns'))}, count() AS n"
                    f" FROM ({source}) GROUP BY t, lat")
         else:
-            source, params = _source(segments, "bucket, e2e_hist", totals=not service and not model,
-                                     edge_seconds=edge_seconds)
+            source, params = _source(segments, "bucket, e2e_hist", totals=not service and not model)
             sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, {lat('k')}, sum(c) AS n"
                    f" FROM {source} ARRAY JOIN mapKeys(e2e_hist) AS k, mapValues(e2e_hist) AS c GROUP BY t, lat")
         edges = "[" + ",".join(str(_first_key_at_least(edge)) for edge in LATENCY_EDGES_MS) + "]"
@@ -426,12 +427,17 @@ def spend_by_model(*, project_id: int, start: datetime, end: datetime, service: 
                    points: int = 120) -> ModelSpend:
     """Cost per model per time bucket: each model call's cost under its own model ("(no model)"
     for spans without one). ``model`` filters the requests (by their first model call), as elsewhere."""
-    step, segments, edge_seconds = _series_pieces(project_id, start, end, points)
+    step, segments = _series_pieces(project_id, start, end, points)
     times = bucket_times(start=start, end=end, step=step)
     index = {_seconds(t): i for i, t in enumerate(times)}
     out: dict[str, list[float | None]] = {}
     if segments:
-        source, params = _source(segments, "bucket, model, requests, cost_usd, model_cost_usd", edge_seconds=edge_seconds)
+        if _all_summaries(segments):  # each request a row, in its bucket of the step
+            latest, params = _summaries(segments, project_id=project_id, service=service, model=model)
+            source = (f"(SELECT toDateTime({_summary_bucket(step)}, 'UTC') AS bucket, model, toUInt64(1) AS requests,"
+                      f" ifNull(cost_usd, 0) AS cost_usd, model_cost_usd FROM ({latest}))")
+        else:
+            source, params = _source(segments, "bucket, model, requests, cost_usd, model_cost_usd")
         sql = (f"SELECT intDiv(toUnixTimestamp(bucket), {{step:UInt32}}) * {{step:UInt32}} AS t, "
                f"sumMap({_per_model('model_cost_usd')}) AS costs FROM {source} GROUP BY t HAVING sum(requests) > 0")
         for r in get_store().query(sql, {"project_id": project_id, "service": service, "model": model, "step": step,
