@@ -70,7 +70,7 @@ def test_a_p99_point_opens_the_traces_at_or_above_it_slowest_first(page, asgi_se
     p99 = next(t for t in chart_data(page, "fig-latency") if t["name"] == "E2E P99")
     k = next(i for i, y in enumerate(p99["y"]) if y is not None)
     value, bucket_start = p99["y"][k], p99["x"][k]
-    assert value == 9000.0
+    assert value == pytest.approx(9000.0, rel=0.005)  # the histogram bucket's value (docs/definitions.md)
     click_at(page, *marker_centre(page, "fig-latency", "E2E P99"))
     expect(page).to_have_url(re.compile(r"/traces/\?.*min_ms="), timeout=60_000)
     query = parse_qs(urlsplit(page.url).query)
