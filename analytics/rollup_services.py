@@ -35,6 +35,8 @@ from store.schema import ROLLUP_HISTOGRAMS, ROLLUP_MINUTE
 from .summarizer import _clock_ns, read_until_ms, watermark_get, watermark_set
 from analytics.trace_math import PHASES
 
+from .panel_selectors import latest_summaries_sql
+
 JOB = "rollup"
 LATE_JOB = "rollup_late"  # when the late-arrival window was last re-covered
 # The open minute: every minute before READY was recomputed after it closed; marks of a minute that
@@ -134,20 +136,15 @@ def _select(exprs: dict[str, str], bucket: str, dims: tuple[str, str]) -> str:
     return ",\n    ".join(parts)
 
 
-# The latest summary of every trace that has a summary starting in [lo, hi): found by id (the
-# primary key), newest version first. Several times cheaper than ``traces FINAL`` (measured on chdb
-# with 1.1 M traces: 25 ms against 150 ms for ten minutes), and right when a newer summary moved a
-# trace out of the range (the caller filters the latest start again).
+# The latest summary of every trace whose latest summary starts in [lo, hi), read by start from
+# ``traces_by_start FINAL`` (panel_selectors.latest_summaries_sql): the range's granules only. It
+# used to find them by id in ``traces`` (ordered by trace id: the ids of a few minutes lie in every
+# granule, so each run read the whole table, its cost and memory growing with the data — the
+# soak's RSS spiked every 10 s, higher each time).
 TRACE_COLUMNS = """project_id, trace_id, start_time, service, model, has_root, status, e2e_ns, input_tokens,
         output_tokens, cost_usd, cost_estimated, ttft_ns, tpot_ns, network_ns, preprocess_ns, inference_ns,
         postprocess_ns, other_ns, error_spans, model_input_tokens, model_output_tokens, model_cost_usd"""
-_LATEST_TRACES = f"""SELECT {TRACE_COLUMNS}
-    FROM traces
-    WHERE project_id = {{project_id:UInt64}} AND trace_id IN (
-        SELECT trace_id FROM traces WHERE project_id = {{project_id:UInt64}}
-          AND start_time >= fromUnixTimestamp64Nano({{lo_ns:Int64}}) AND start_time < fromUnixTimestamp64Nano({{hi_ns:Int64}}))
-    ORDER BY version DESC
-    LIMIT 1 BY trace_id"""
+_LATEST_TRACES = latest_summaries_sql(TRACE_COLUMNS, [("lo_ns", "hi_ns")], unit="Nano")
 _BUCKETS = "(SELECT toDateTime(toUInt32(arrayJoin(splitByChar(',', {buckets:String}))), 'UTC'))"
 
 
