@@ -2,10 +2,9 @@
 
 Read from the per-trace summaries: ``traces.cache`` is each request's outcome (2 a cache answered
 one of its spans, 1 it consulted a cache and none hit, 0 none consulted), computed by the summary
-SQL from ``spans.cache``, so nothing here reads span attributes. Candidates come from
-``traces_by_start`` (ordered by start: only the window's granules), their latest summary from
-``traces`` by id (``ORDER BY version DESC LIMIT 1 BY trace_id``, as ``rollups.request_rates``), and a
-request counts in the window its root starts in.
+SQL from ``spans.cache``, so nothing here reads span attributes. Each request's latest summary is
+read by start (``traces_by_start FINAL``: only the window's granules; panel_selectors.latest_summaries_sql),
+and a request counts in the window its root starts in.
 
 An **endpoint** is the request's root span name within its service (the trace page's "same
 service and root span name"). Per endpoint: the hit rate, the latency a hit saved (P50 E2E of its
@@ -26,21 +25,16 @@ from datetime import datetime, timedelta, timezone
 
 from store import get_store
 
+from .panel_selectors import latest_summaries_sql
 from .selectors import bucket_seconds, bucket_times
 
 CACHE_MISS, CACHE_HIT = 1, 2
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-# The latest summary of each request of the window that consulted a cache.
-_REQUESTS = """
-    SELECT start_time, has_root, service, root_name, cache, e2e_ns, cost_usd, input_tokens, output_tokens FROM traces
-    WHERE project_id = {project_id:UInt64} AND trace_id IN (
-        SELECT trace_id FROM traces_by_start
-        WHERE project_id = {project_id:UInt64} AND cache > 0
-          AND start_time >= fromUnixTimestamp64Nano({start_ns:Int64}) AND start_time < fromUnixTimestamp64Nano({end_ns:Int64}))
-    ORDER BY version DESC
-    LIMIT 1 BY trace_id"""
+# The latest summary of each request of the window that consulted a cache, read by start.
+_REQUESTS = latest_summaries_sql("start_time, has_root, service, root_name, cache, e2e_ns, cost_usd, input_tokens, "
+                                 "output_tokens", [("start_ns", "end_ns")], unit="Nano", where="cache > 0")
 
 _AGGREGATES = """count() AS consulted,
     countIf(cache = 2) AS hits,
