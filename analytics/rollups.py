@@ -122,16 +122,26 @@ def rollup_segments(*, start_s: int, end_s: int, step: int | None = None) -> lis
 # The latest summary of every trace whose summary starts in one of the edge ranges, aggregated as a
 # minute's rollup row: read from ``traces_by_start`` alone (panel_selectors.latest_summaries_sql),
 # both edges of a window by one subquery.
-def _edge_rows(edges: list[tuple[int, int, int]], columns: list[str]) -> str:
+def _latest(edges: list[tuple[int, int, int]]) -> tuple[str, dict]:
+    """The latest summary of each request starting in the edge ranges (index, from_ns, to_ns), and
+    the ranges' parameters (``elo{index}``, ``ehi{index}``)."""
+    sql = panel_selectors.latest_summaries_sql(TRACE_COLUMNS, [(f"elo{i}", f"ehi{i}") for i, _, _ in edges],
+                                               unit="Nano", where=panel_selectors.SCOPE)
+    params = {}
+    for i, lo, hi in edges:
+        params[f"elo{i}"], params[f"ehi{i}"] = lo, hi
+    return sql, params
+
+
+def _edge_rows(edges: list[tuple[int, int, int]], columns: list[str]) -> tuple[str, dict]:
     keys = ("bucket", "service", "model")
     inner = ", ".join(f"{FROM_TRACES[c]} AS a_{c}" for c in columns if c not in keys)
     outer = ", ".join(c if c in keys else f"a_{c} AS {c}" for c in columns)
-    latest = panel_selectors.latest_summaries_sql(TRACE_COLUMNS, [(f"elo{i}", f"ehi{i}") for i, _, _ in edges],
-                                                  unit="Nano", where=panel_selectors.SCOPE)
+    latest, params = _latest(edges)
     return (
         f"SELECT {outer} FROM (SELECT toDateTime(intDiv(toUnixTimestamp64Nano(start_time), {MINUTE_NS}) * {MINUTE}, 'UTC')"
         f" AS bucket, service, model, {inner} FROM ({latest})"
-        " GROUP BY bucket, service, model)")
+        " GROUP BY bucket, service, model)"), params
 
 
 def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool = False) -> tuple[str, dict]:
@@ -141,9 +151,8 @@ def _source(segments: list[tuple[str, int, int]], columns: str, *, totals: bool 
     parts, params = [], {}
     edges = [(i, lo, hi) for i, (level, lo, hi) in enumerate(segments) if level == "edge"]
     if edges:
-        parts.append(_edge_rows(edges, [c.strip() for c in columns.split(",")]))
-        for i, lo, hi in edges:
-            params[f"elo{i}"], params[f"ehi{i}"] = lo, hi
+        rows, params = _edge_rows(edges, [c.strip() for c in columns.split(",")])
+        parts.append(rows)
     for i, (level, lo, hi) in enumerate(segments):
         if level == "edge":
             continue
@@ -220,11 +229,8 @@ def _read(segments, *, project_id: int, service: str, model: str, hists: tuple[s
 
 def _summaries(segments, *, project_id: int, service: str, model: str) -> tuple[str, dict]:
     """The latest summary of each request starting in the (``edge``) segments, and its parameters."""
-    ranges = [(f"elo{i}", f"ehi{i}") for i in range(len(segments))]
-    params = {"project_id": project_id, "service": service, "model": model}
-    for i, (_, lo, hi) in enumerate(segments):
-        params[f"elo{i}"], params[f"ehi{i}"] = lo, hi
-    return panel_selectors.latest_summaries_sql(TRACE_COLUMNS, ranges, unit="Nano", where=panel_selectors.SCOPE), params
+    sql, params = _latest([(i, lo, hi) for i, (_, lo, hi) in enumerate(segments)])
+    return sql, {"project_id": project_id, "service": service, "model": model, **params}
 
 
 def _summary_bucket(step: int | None) -> str:
