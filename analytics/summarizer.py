@@ -106,7 +106,8 @@ def watermark_set(*, project_id: int, job: str, value: int) -> None:
 
 
 _TOUCHED_SQL = """
-SELECT trace_id, min(toUnixTimestamp64Nano(start_time)) AS first_ns, max(toUnixTimestamp64Nano(start_time)) AS last_ns
+SELECT trace_id, min(toUnixTimestamp64Nano(start_time)) AS first_ns, max(toUnixTimestamp64Nano(start_time)) AS last_ns,
+       count() AS spans
 FROM spans
 WHERE project_id = {project_id:UInt64}
   AND ingested_at >= fromUnixTimestamp64Milli({since_ms:Int64})
@@ -115,9 +116,13 @@ GROUP BY trace_id
 ORDER BY first_ns, trace_id
 """
 
+# The latest summary of each trace of a batch, by id: ``traces`` is ordered by trace id, but the ids
+# of a batch are random, so this reads a granule of every part for most of them, i.e. a share of
+# the whole table that grows with it (the table's size, up to ~1,000 rows per id). A batch looks
+# up once: the digest check and the written rows use what it found (``traces_summarize_ids``).
 _PREVIOUS_SQL = """
 SELECT trace_id, toUnixTimestamp64Nano(spans_start) AS spans_start_ns, toUnixTimestamp64Nano(spans_end) AS spans_end_ns,
-       toUnixTimestamp64Nano(start_time) AS start_ns, has_root, version
+       toUnixTimestamp64Nano(start_time) AS start_ns, has_root, version, spans_digest
 FROM traces
 WHERE project_id = {project_id:UInt64} AND trace_id IN (SELECT arrayJoin(splitByChar(',', {trace_ids:String})))
 ORDER BY version DESC
@@ -179,20 +184,24 @@ def _batches(touched: list[dict], size: int) -> Iterable[list[dict]]:
 _TRACE_FILTER = "trace_id IN (SELECT arrayJoin(splitByChar(',', {trace_ids:String})))"
 _SPAN_FILTER = ("start_time >= fromUnixTimestamp64Nano({lo_ns:Int64}) "
                 "AND start_time <= fromUnixTimestamp64Nano({hi_ns:Int64})")
-_CHANGED_SQL = summary_sql.changed_traces_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
+_DIGESTS_SQL = summary_sql.span_digests_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
 _INSERT_SQL = summary_sql.summary_insert_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
+_INSERT_ONE_THREAD_SQL = summary_sql.summary_insert_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER, threads=1)
+# The rows just written, read by start: a summary starts at one of the spans it was computed from,
+# all of which lie in [lo, hi], so only that range's granules are read (by id in ``traces`` it
+# would be a share of the whole table again, as ``_PREVIOUS_SQL``).
 _WRITTEN_SQL = f"""
 SELECT trace_id, toUnixTimestamp64Nano(start_time) AS start_ns, span_count
-FROM traces
-WHERE project_id = {{project_id:UInt64}} AND version = {{version:UInt64}} AND {_TRACE_FILTER}
+FROM traces_by_start
+WHERE project_id = {{project_id:UInt64}} AND {_SPAN_FILTER} AND version = {{version:UInt64}} AND {_TRACE_FILTER}
 """
 
 
 def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
                          mark_dirty: bool = True, skip_unchanged: bool = False) -> tuple[list[str], int]:
     """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
-    range of their new spans) in ClickHouse, write their rows and mark the minutes to roll up
-    again. ``skip_unchanged``: leave out traces whose spans are exactly those their latest summary
+    range of their new spans; ``spans``, where known: how many) in ClickHouse, write their rows
+    and mark the minutes to roll up again. ``skip_unchanged``: leave out traces whose spans are exactly those their latest summary
     was computed from (the incremental runs' overlap). Returns (trace ids written, spans summarised)."""
     store = get_store()
     if prices is None:
@@ -211,7 +220,8 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
         hi = max([int(t["last_ns"]) for t in batch] + [int(p["spans_end_ns"]) for p in previous.values()])
         params = dict(base, lo_ns=lo, hi_ns=hi, trace_ids=",".join(ids))
         if skip_unchanged:
-            ids = [r["trace_id"] for r in store.query(_CHANGED_SQL, params, tag="analytics.summarizer.changed").dicts()]
+            ids = sorted(r["trace_id"] for r in store.query(_DIGESTS_SQL, params, tag="analytics.summarizer.changed").dicts()
+                         if r["trace_id"] not in previous or int(previous[r["trace_id"]]["spans_digest"]) != int(r["digest"]))
             if not ids:
                 continue  # every summary is already the latest
             # The summary reads every column it needs of the spans in [lo, hi]: bound it by the
@@ -223,7 +233,11 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
             hi = max([int(t["last_ns"]) for t in batch if t["trace_id"] in changed]
                      + [int(p["spans_end_ns"]) for t, p in previous.items() if t in changed])
             params.update(trace_ids=",".join(ids), lo_ns=lo, hi_ns=hi)
-        store.command(_INSERT_SQL, params, tag="analytics.summarizer.write")
+        # A small batch (an incremental run's) on one thread: half the CPU; a large one (a backlog,
+        # a rebuild) on all of them: the same CPU, sooner.
+        counts = [t.get("spans") for t in batch]
+        small = None not in counts and sum(int(c) for c in counts) <= settings.TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS
+        store.command(_INSERT_ONE_THREAD_SQL if small else _INSERT_SQL, params, tag="analytics.summarizer.write")
         rows = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
         dirty = set()
         moved: list[tuple[str, int]] = []
@@ -325,7 +339,8 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
 
 
 _RANGE_SQL = """
-SELECT trace_id, min(toUnixTimestamp64Nano(start_time)) AS first_ns, max(toUnixTimestamp64Nano(start_time)) AS last_ns
+SELECT trace_id, min(toUnixTimestamp64Nano(start_time)) AS first_ns, max(toUnixTimestamp64Nano(start_time)) AS last_ns,
+       count() AS spans
 FROM spans
 WHERE project_id = {project_id:UInt64}
   AND start_time >= fromUnixTimestamp64Nano({lo_ns:Int64} - {pad_ns:Int64})

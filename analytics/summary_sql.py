@@ -116,29 +116,26 @@ def _spans_where(trace_filter: str, span_filter: str) -> str:
     return f"project_id = {{project_id:UInt64}} AND ({trace_filter}) AND ({span_filter})"
 
 
-def changed_traces_sql(*, trace_filter: str, span_filter: str = "1") -> str:
-    """The trace ids (of those ``trace_filter`` selects) whose spans' digest differs from their latest
-    summary's, or that have none: the traces to summarise. Reads three columns of the spans."""
+def span_digests_sql(*, trace_filter: str, span_filter: str = "1") -> str:
+    """Each trace's (of those ``trace_filter`` selects) digest of its stored spans, as the summary
+    written now would carry it (``spans_digest``): a trace whose digest equals its latest summary's
+    has received nothing since. Reads three columns of the spans; the caller compares (the latest
+    summaries are looked up by id once per batch, ``analytics.summarizer``)."""
     return f"""
-SELECT trace_id FROM (
-    SELECT trace_id, {DIGEST_SQL} + {_PRICES_HASH} AS digest FROM spans
-    WHERE {_spans_where(trace_filter, span_filter)}
-    GROUP BY trace_id
-)
-WHERE (trace_id, digest) NOT IN (
-    SELECT trace_id, spans_digest FROM traces
-    WHERE project_id = {{project_id:UInt64}} AND ({trace_filter})
-    ORDER BY version DESC LIMIT 1 BY trace_id
-)
-ORDER BY trace_id
+SELECT trace_id, {DIGEST_SQL} + {_PRICES_HASH} AS digest FROM spans
+WHERE {_spans_where(trace_filter, span_filter)}
+GROUP BY trace_id
 """
 
 
-def summary_insert_sql(*, trace_filter: str, span_filter: str = "1") -> str:
+def summary_insert_sql(*, trace_filter: str, span_filter: str = "1", threads: int | None = None) -> str:
     """``INSERT INTO traces … SELECT``: the summaries of the traces ``trace_filter`` (a condition on
     ``trace_id``) selects, from their spans that ``span_filter`` selects (a bound on ``start_time``
     that every span of those traces meets). Parameters: ``project_id``, ``version``, ``prices``
-    (``prices_json``) and whatever the filters name."""
+    (``prices_json``) and whatever the filters name. ``threads``: ``max_threads`` for the statement
+    (None: the server's). A batch of a few thousand traces costs about half the CPU on one thread
+    (``bench/summary_threads.py``): split over many, each thread's blocks are small and the
+    per-block work of the array stages and the merge of the partial aggregations dominate."""
     levels = ",\n        ".join(f"{_covered(k)} AS L{k}" for k in range(1, 11))
     phases = ",\n    ".join(f"{_phase_expr(name)} AS {name}_ns" for name in PHASES)
     return f"""
@@ -260,5 +257,5 @@ FROM (
     ))))))
 )
 )
-SETTINGS parallel_view_processing = 1
+SETTINGS parallel_view_processing = 1{f", max_threads = {int(threads)}" if threads else ""}
 """

@@ -166,6 +166,9 @@ TRACEDASH_SUMMARIZE_SECONDS = ENV.summarize_seconds
 TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 10
 TRACEDASH_SUMMARIZE_BATCH_TRACES = 50_000  # traces summarised per INSERT … SELECT (a run has at most MAX_SPANS spans)
 TRACEDASH_SUMMARIZE_MAX_SPANS = 200_000  # per project and run; a backlog is worked off over several runs
+# A summary batch of at most this many new spans runs on one ClickHouse thread (half the CPU of a
+# small batch on many; a larger one, a backlog or a rebuild, uses them all): bench/summary_threads.py
+TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS = 50_000
 TRACEDASH_TRACE_MAX_SECONDS = 3600  # longest trace a bulk rebuild (manage.py summarize_traces) expects
 TRACEDASH_ROLLUP_SECONDS = ENV.rollup_seconds
 TRACEDASH_ROLLUP_LATE_SECONDS = ENV.rollup_late_seconds  # the late-arrival window, re-covered as a safety net

@@ -195,8 +195,11 @@ def test_a_trace_that_grows_is_summarised_again_and_an_unchanged_one_is_not():
     params = {"project_id": PROJECT, "prices": summary_sql.prices_json(PRICES), "trace_id": trace_id}
 
     def run(version):
-        changed = store.query(summary_sql.changed_traces_sql(trace_filter=where), params, tag="tests.summary_sql.changed")
-        if len(changed):
+        digests = store.query(summary_sql.span_digests_sql(trace_filter=where), params,
+                              tag="tests.summary_sql.digests").dicts()
+        latest = store.query("SELECT spans_digest FROM traces WHERE project_id = {p:UInt64} ORDER BY version DESC LIMIT 1",
+                             {"p": PROJECT}, tag="tests.summary_sql.latest").dicts()
+        if [d["digest"] for d in digests] != [r["spans_digest"] for r in latest]:
             store.command(summary_sql.summary_insert_sql(trace_filter=where), dict(params, version=version),
                           tag="tests.summary_sql.run")
         return store.query("SELECT version FROM traces WHERE project_id = {p:UInt64} ORDER BY version",
