@@ -4,7 +4,8 @@ window, each figure with its difference from the first value (the baseline) and 
 
 Which trace belongs to a value: a trace carrying the key on any span (span attribute, or resource
 attribute such as ``service.version``) belongs to the value of its *earliest* span carrying it
-(``argMin(value, (start_time, span_id))``: ties by span id), so a trace whose spans carry two
+(``argMin`` by start; ties on the same nanosecond by a hash of the value:
+``grouping.earliest_key_sql``), so a trace whose spans carry two
 values counts once, under the first. Requests are the window's traces with a root (DOMAIN.md), their status the root's.
 
 Round trips: ``top_values`` (the default values, when none are given), ``key_suggestions``, then
@@ -24,7 +25,7 @@ import numpy as np
 from store import get_store
 
 from . import significance as sig
-from .grouping import SPAN_VALUE_SQL, attribute_keys, trace_value_sql
+from .grouping import SPAN_VALUE_SQL, attribute_keys, earliest_key_sql, trace_value_sql
 from .panel_selectors import _params, reads_concurrently, window_requests_sql
 
 DEFAULT_KEY = "llm.quantization"
@@ -143,7 +144,7 @@ def _gpu_read(params: dict) -> dict[str, dict]:
             SELECT DISTINCT a.variant AS variant, hm.1 AS host, hm.2 AS minute
             FROM ({_WINDOW_TRACE_IDS}) AS t
             INNER JOIN (
-                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, (start_time, span_id), mapContains(dims, {{attr_key:String}})) AS variant,
+                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, {earliest_key_sql(SPAN_VALUE_SQL)}, mapContains(dims, {{attr_key:String}})) AS variant,
                        groupUniqArrayIf((dims['host.name'], toStartOfMinute(start_time)), mapContains(dims, 'host.name')) AS hms
                 FROM spans WHERE project_id = {{project_id:UInt64}}
                         AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
