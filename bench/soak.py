@@ -740,6 +740,8 @@ def main(argv=None) -> int:
                       "active_parts": parts, **{k: ing[k] for k in ("queued_rows", "spool_bytes", "rows_stored", "rows_spooled")}}
                      for t, a, b, ing, parts, _ in record.samples],
             rss=[[round(t - start, 1), round(a / MiB, 1), round(b / MiB, 1)] for t, a, b in record.rss],  # t, server, client
+            # every page request (t done, page, status, latency s): what was being answered when the RSS peaked
+            page_requests=[[round(t - start, 2), name, status, round(latency, 3)] for t, name, status, latency in record.pages],
         )
 
         log("reading the alert history…")
