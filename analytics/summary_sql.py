@@ -123,7 +123,7 @@ def span_digests_sql(*, trace_filter: str, span_filter: str = "1") -> str:
     summaries are looked up by id once per batch, ``analytics.summarizer``)."""
     return f"""
 SELECT trace_id, {DIGEST_SQL} + {_PRICES_HASH} AS digest FROM spans
-WHERE {_spans_where(trace_filter, span_filter)}
+WHERE project_id = {{project_id:UInt64}} AND ({trace_filter}) AND ({span_filter})
 GROUP BY trace_id
 """
 
