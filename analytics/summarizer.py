@@ -201,8 +201,9 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
                          mark_dirty: bool = True, skip_unchanged: bool = False) -> tuple[list[str], int]:
     """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
     range of their new spans; ``spans``, where known: how many) in ClickHouse, write their rows
-    and mark the minutes to roll up again. ``skip_unchanged``: leave out traces whose spans are exactly those their latest summary
-    was computed from (the incremental runs' overlap). Returns (trace ids written, spans summarised)."""
+    and mark the minutes to roll up again. ``skip_unchanged``: leave out traces whose spans are
+    exactly those their latest summary was computed from (the incremental runs' overlap). Returns
+    (trace ids written, spans summarised)."""
     store = get_store()
     if prices is None:
         prices = prices_for_project(project_id=project_id)
