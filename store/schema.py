@@ -149,6 +149,10 @@ DATETIME_NS = "DateTime64(9, 'UTC')"
 # disk and no measured cost to the window scans (docs/BENCHMARKS.md). Set when a table is created;
 # a store created before keeps 8,192 (ClickHouse cannot change it on an existing table).
 POINT_READ_GRANULES = "index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536"
+# Young small parts of ``spans`` merge once about twenty of a size have gathered, not five
+# (ClickHouse's default): under many small ingest batches each span is rewritten fewer times
+# (migration 0023; docs/BENCHMARKS.md "Merges of small parts").
+SPANS_MERGE_SETTINGS = "merge_selector_base = 20"
 DIM_VALUE_MAX = 256  # the longest attribute value that groups (spans.dims)
 _SHORT = f"(k, v) -> v != '' AND length(v) <= {DIM_VALUE_MAX}"
 DIMS_DEFAULT = f"mapUpdate(mapFilter({_SHORT}, resource_attributes), mapFilter({_SHORT}, attributes))"
@@ -209,7 +213,7 @@ SPANS = Table(
         "idx_duration duration_ns TYPE minmax GRANULARITY 4",
     ),
     # (a trace's spans lie in a few granules, one per service it touched: POINT_READ_GRANULES)
-    settings=f"{POINT_READ_GRANULES}, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+    settings=f"{POINT_READ_GRANULES}, ttl_only_drop_parts = 1, {DEDUP_WINDOW}, {SPANS_MERGE_SETTINGS}",
     added_columns=(("phase_fallback", 0), ("cache", 0)),
     # Cluster: by trace, so a trace's spans, span logs, summary and scores share one shard (FINAL and
     # the per-trace summary, joins and IN (traces) stay correct within a shard); every copy of a span
