@@ -33,7 +33,7 @@ ENGINE = ReplacingMergeTree(ingested_at)
 PARTITION BY toDate(start_time)
 ORDER BY (project_id, service, start_time, trace_id, span_id)
 TTL toDateTime(start_time) + toIntervalDay(30)
-SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000;
+SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000, merge_selector_base = 20;
 
 CREATE TABLE IF NOT EXISTS resource_samples
 (

@@ -1,0 +1,2 @@
+ALTER TABLE spans_local ON CLUSTER `tracedash` MODIFY SETTING merge_selector_base = 20;
+

@@ -1,0 +1,2 @@
+ALTER TABLE spans MODIFY SETTING merge_selector_base = 20;
+
