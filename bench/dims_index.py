@@ -18,7 +18,6 @@ import secrets
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,18 +25,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench.common import process_cpu_seconds  # noqa: E402
-from bench.load_spans import NS, Generator, _django, open_store  # noqa: E402
+from bench.load_spans import _django, open_store, recent_spans  # noqa: E402
 
 INDEX = "idx_dims_keys"
-
-
-def spans(n: int, seed: int) -> list[dict]:
-    now = time.time_ns()
-    gen = Generator(seed=seed, start_ns=now - 3600 * NS, end_ns=now, traces=max(1, n // 8), project_id=1)
-    out: list[dict] = []
-    while len(out) < n:
-        out.extend(gen.trace(len(out) / n))
-    return out[:n]
 
 
 def main(argv=None) -> int:
@@ -61,7 +51,7 @@ def main(argv=None) -> int:
                for t in ("spans", "spans_plain")}
     if INDEX not in indexes["spans"] or INDEX in indexes["spans_plain"]:
         raise SystemExit(f"unexpected indexes: {indexes}")
-    rows = spans(args.spans, args.seed)
+    rows = recent_spans(args.spans, args.seed)
     names, types = [c.name for c in SPANS.insert_columns], [c.type for c in SPANS.insert_columns]
     print(f"{args.spans:,} spans in batches of {args.batch:,}, {args.rounds} rounds a table; "
           f"indexes: spans {indexes['spans']}, spans_plain {indexes['spans_plain']}", file=sys.stderr)

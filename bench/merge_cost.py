@@ -28,16 +28,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench.common import machine, process_cpu_seconds, table  # noqa: E402
-from bench.load_spans import NS, Generator, _django, open_store  # noqa: E402
-
-
-def spans(n: int, seed: int) -> list[dict]:
-    now = time.time_ns()
-    gen = Generator(seed=seed, start_ns=now - 3600 * NS, end_ns=now, traces=max(1, n // 8), project_id=1)
-    out: list[dict] = []
-    while len(out) < n:
-        out.extend(gen.trace(len(out) / n))
-    return out[:n]
+from bench.load_spans import _django, open_store, recent_spans  # noqa: E402
 
 
 def active_parts(store) -> int:
@@ -73,7 +64,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.getLogger("tracedash.store").setLevel(logging.ERROR)
     _django()
-    rows = spans(args.spans, args.seed)
+    rows = recent_spans(args.spans, args.seed)
     configs = [(int(b), float(x)) for b in args.batches.split(",") for x in args.bases.split(",")]
     got: dict[tuple, list[dict]] = {c: [] for c in configs}
     for r in range(args.rounds):
