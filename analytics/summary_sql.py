@@ -78,38 +78,39 @@ DIGEST_SQL = "sum(cityHash64(span_id, ingested_at))"
 _PRICES_HASH = "cityHash64({prices:String})"
 
 
-def _effective_priorities() -> str:
+def _effective_priorities() -> tuple[str, str, str]:
     """``epris``: each span's priority with a fallback-phase span beneath a model call counted as
-    inference (trace_math.phases_effective).
+    inference (trace_math.phases_effective). Three expressions, each a column of its own level, so
+    that ClickHouse analyses every part once (the statement's analysis is a fixed cost of every
+    summariser run, ``bench/summary_threads.py``):
 
-    - parents: the parent links with a (span, 0) for every span, sorted by span: the last entry of
-      each span holds its parent's index (0: none);
-    - chain ends: a fallback span points at its parent, any other span at itself (where a chain
-      stops); each step of the fold, ``a = a[a]``, doubles the links followed, so a span ends up at
-      the end of its chain. A chain is shorter than the trace, so ceil(log2(spans + 1)) steps cover
-      it, and never more than ``INHERIT_DEPTH`` (a fold, not an alias per step: ClickHouse inlines
-      aliases, and ``a[a]`` would double each time); the end counts only where the chain stops (on
-      a cycle of fallback spans the jumps stop on a span of the cycle);
-    - only a trace with a model call and a fallback span that has a parent computes it (``if``
-      evaluates lazily), and it is written as one expression, so that no intermediate array
-      becomes a column of the subquery (which every trace would then pay for)."""
+    - ``pent``: the parent links with a (span, 0) for every span, sorted by span; empty unless the
+      trace has a model call and a fallback span with a parent (only those traces pay for it);
+    - ``parents``: the last entry of each span in ``pent``: its parent's index (0: none);
+    - ``epris``: chain ends: a fallback span points at its parent, any other span at itself (where
+      a chain stops); each step of the fold, ``a = a[a]``, doubles the links followed, so a span
+      ends up at the end of its chain. A chain is shorter than the trace, so ceil(log2(spans + 1))
+      steps cover it, and never more than ``INHERIT_DEPTH`` (a fold, not an alias per step:
+      ClickHouse inlines aliases, and ``a[a]`` would double each time); the end counts only where
+      the chain stops (on a cycle of fallback spans the jumps stop on a span of the cycle, which
+      ends nothing: no model call is above them). Traces without ``pent`` keep ``pris`` (``if``
+      evaluates the other branch only for the rows that take it)."""
     steps = INHERIT_DEPTH.bit_length() - 1
     assert 2 ** steps == INHERIT_DEPTH
     inference = _PRIORITY["inference"]
-    entries = "arraySort(arrayConcat(arrayMap(l -> (toUInt64(l.1), toUInt64(l.2)), links), arrayMap(i -> (toUInt64(i), toUInt64(0)), idxs)))"
-    parents = (f"arrayMap(t -> t.2, arrayFilter((t, k) -> k = length({entries}) OR {entries}[k + 1].1 != t.1,"
-               f" {entries}, arrayEnumerate({entries})))")
+    pent = ("if(fallback_children AND calls > 0, arraySort(arrayConcat(arrayMap(l -> (toUInt64(l.1), toUInt64(l.2)), links),"
+            " arrayMap(i -> (toUInt64(i), toUInt64(0)), idxs))), CAST([], 'Array(Tuple(UInt64, UInt64))')) AS pent")
+    parents = ("arrayMap(t -> t.2, arrayFilter((t, k) -> k = length(pent) OR pent[k + 1].1 != t.1, pent,"
+               " arrayEnumerate(pent))) AS parents")
     chain_ends = (f"arrayFold((a, step) -> arrayMap(x -> a[x], a), range(least({steps}, toUInt64(ceil(log2(length(sp) + 1))))),"
-                  f" arrayMap((i, p) -> if(sp[i].6 = 1 AND p > 0, p, toUInt64(i)), idxs, {parents}))")
-    # A chain ends where it stops (a span that is no fallback one, or whose parent is not in the
-    # trace); on a cycle of fallback spans the jumps stop on some span of the cycle, which ends
-    # nothing: no model call is above them (trace_math.phases_effective).
-    ends_there = f"(sp[e].6 = 0 OR {parents}[e] = 0)"
-    return (f"if(fallback_children AND calls > 0, arrayMap((i, e) -> if(sp[i].6 = 1 AND e != i AND sp[e].5 = {inference}"
-            f" AND {ends_there}, pris[i] - sp[i].5 + {inference}, pris[i]), idxs, {chain_ends}), pris) AS epris")
+                  f" arrayMap((i, p) -> if(sp[i].6 = 1 AND p > 0, p, toUInt64(i)), idxs, parents))")
+    epris = (f"if(notEmpty(pent), arrayMap((i, e) -> if(sp[i].6 = 1 AND e != i AND sp[e].5 = {inference}"
+             f" AND (sp[e].6 = 0 OR parents[e] = 0), pris[i] - sp[i].5 + {inference}, pris[i]), idxs, {chain_ends}), pris)"
+             f" AS epris")
+    return pent, parents, epris
 
 
-EFFECTIVE_PRIORITIES_SQL = _effective_priorities()
+PARENT_ENTRIES_SQL, PARENTS_SQL, EFFECTIVE_PRIORITIES_SQL = _effective_priorities()
 
 
 def _spans_where(trace_filter: str, span_filter: str) -> str:
@@ -128,6 +129,44 @@ GROUP BY trace_id
 """
 
 
+# Every column of ``traces`` but the phase times, from the per-trace aggregates (the innermost
+# ``GROUP BY trace_id`` of ``summary_insert_sql``) and ``lo``/``hi`` (the trace's bounds), in order.
+_SCALARS = (
+    ("project_id", "{project_id:UInt64}"),
+    ("trace_id", "trace_id"),
+    ("start_time", "fromUnixTimestamp64Nano(lo)"),
+    ("e2e_ns", "toUInt64(greatest(0, hi - lo))"),
+    ("has_root", "toUInt8(has_root)"),
+    ("spans_start", "fromUnixTimestamp64Nano(min_st)"),
+    ("spans_end", "fromUnixTimestamp64Nano(max_en)"),
+    ("root_name", "if(has_root, root_t.4, first_t.1)"),
+    ("service", "if(has_root, root_t.5, first_t.2)"),
+    ("model", "if(calls > 0, call_model, any_model)"),
+    ("services", "services"),
+    ("models", "models"),
+    ("phases", "phases"),
+    ("status", "multiIf(has_root AND root_t.6 = 'error', 'error', has_root AND error_spans > 0, 'recovered', has_root, 'ok',"
+               " error_spans > 0, 'error', 'ok')"),
+    ("error_message", "error_message"),
+    ("ttft_ns", "if(has_ttft, toUInt64(ttft_t.1), NULL)"),
+    ("tpot_ns", "if(has_ttft AND ttft_t.3 >= 2, greatest(0, ttft_t.2 - ttft_t.1) / (ttft_t.3 - 1), NULL)"),
+    ("input_tokens", "if(calls_have_tokens, call_in, all_in)"),
+    ("output_tokens", "if(calls_have_tokens, call_out, all_out)"),
+    ("cost_usd", "if(cost_spans > 0, cost_sum, NULL)"),
+    ("cost_estimated", "toUInt8(cost_estimated)"),
+    ("span_count", "span_count"),
+    ("version", "{version:UInt64}"),
+    ("error_spans", "error_spans"),
+    ("model_input_tokens", "mapFilter((k, v) -> v != 0, mapFromArrays(by_model.1, if(calls_have_tokens, by_model.2, by_model.4)))"),
+    ("model_output_tokens", "mapFilter((k, v) -> v != 0, mapFromArrays(by_model.1, if(calls_have_tokens, by_model.3, by_model.5)))"),
+    ("model_cost_usd", "mapFilter((k, v) -> v != 0, mapFromArrays(by_model.1, by_model.6))"),
+    ("spans_digest", f"digest + {_PRICES_HASH}"),
+    ("loadtest", "toUInt8(loadtest)"),
+    ("cache", "toUInt8(cache_max)"),
+)
+assert {c for c, _ in _SCALARS} | {f"{p}_ns" for p in PHASES} == set(COLUMNS)
+
+
 def summary_insert_sql(*, trace_filter: str, span_filter: str = "1", threads: int | None = None) -> str:
     """``INSERT INTO traces … SELECT``: the summaries of the traces ``trace_filter`` (a condition on
     ``trace_id``) selects, from their spans that ``span_filter`` selects (a bound on ``start_time``
@@ -135,63 +174,62 @@ def summary_insert_sql(*, trace_filter: str, span_filter: str = "1", threads: in
     (``prices_json``) and whatever the filters name. ``threads``: ``max_threads`` for the statement
     (None: the server's). A batch of a few thousand traces costs about half the CPU on one thread
     (``bench/summary_threads.py``): split over many, each thread's blocks are small and the
-    per-block work of the array stages and the merge of the partial aggregations dominate."""
+    per-block work of the array stages and the merge of the partial aggregations dominate.
+
+    Every level names the columns it passes on, and the columns of the row that need no array
+    stage travel as one tuple (``keep``): ClickHouse's analysis of a ``SELECT *`` level grows with
+    the columns it carries, and the statement's analysis is a fixed cost of every summariser run
+    (``bench/summary_threads.py`` prints it: "no traces")."""
     levels = ",\n        ".join(f"{_covered(k)} AS L{k}" for k in range(1, 11))
     phases = ",\n    ".join(f"{_phase_expr(name)} AS {name}_ns" for name in PHASES)
+    keep = ",\n            ".join(f"{expr}" for _, expr in _SCALARS)
+    columns = ", ".join([c for c, _ in _SCALARS] + [f"{p}_ns" for p in PHASES])
     return f"""
-INSERT INTO traces ({", ".join(COLUMNS)})
-SELECT
-    {{project_id:UInt64}} AS project_id, trace_id,
-    fromUnixTimestamp64Nano(lo) AS start_time, toUInt64(greatest(0, hi - lo)) AS e2e_ns, toUInt8(has_root) AS has_root,
-    fromUnixTimestamp64Nano(min_st) AS spans_start, fromUnixTimestamp64Nano(max_en) AS spans_end,
-    if(has_root, root_t.4, first_t.1) AS root_name, if(has_root, root_t.5, first_t.2) AS service,
-    if(calls > 0, call_model, any_model) AS model, services, models, phases,
-    multiIf(has_root AND root_t.6 = 'error', 'error', has_root AND error_spans > 0, 'recovered', has_root, 'ok',
-            error_spans > 0, 'error', 'ok') AS status,
-    error_message,
-    if(has_ttft, toUInt64(ttft_t.1), NULL) AS ttft_ns,
-    if(has_ttft AND ttft_t.3 >= 2, greatest(0, ttft_t.2 - ttft_t.1) / (ttft_t.3 - 1), NULL) AS tpot_ns,
-    if(calls_have_tokens, call_in, all_in) AS input_tokens, if(calls_have_tokens, call_out, all_out) AS output_tokens,
-    if(cost_spans > 0, cost_sum, NULL) AS cost_usd, toUInt8(cost_estimated) AS cost_estimated, span_count,
-    {phases},
-    {{version:UInt64}} AS version, error_spans,
-    mapFilter((k, v) -> v != 0, mapFromArrays(by_model.1, if(calls_have_tokens, by_model.2, by_model.4))) AS model_input_tokens,
-    mapFilter((k, v) -> v != 0, mapFromArrays(by_model.1, if(calls_have_tokens, by_model.3, by_model.5))) AS model_output_tokens,
-    mapFilter((k, v) -> v != 0, mapFromArrays(by_model.1, by_model.6)) AS model_cost_usd,
-    digest + {_PRICES_HASH} AS spans_digest, toUInt8(loadtest) AS loadtest, toUInt8(cache_max) AS cache
+INSERT INTO traces ({columns})
+SELECT untuple(keep),
+    {phases}
 FROM (
-    SELECT *, {levels}
+    SELECT keep, {levels}
     FROM (
-    SELECT *,
+    SELECT keep, GE,
+        arrayPopFront(arrayPushBack(arrayDifference(GE.1), 0)) AS glen
+    FROM (
+    SELECT keep,
+        arraySort(arrayConcat(arrayMap(s -> (s.1, toInt8(1), s.3), own), arrayMap(s -> (s.2, toInt8(-1), s.3), own))) AS GE
+    FROM (
+    SELECT keep,
         -- each span's own time, clipped to the root: (start, end, priority)
         -- (consecutive boundaries of one span with nothing open between them: a self segment)
         arrayFilter(s -> s.2 > s.1 AND s.3 > 0, arrayMap((p, pn, t, tn, c) -> (greatest(t, lo), least(tn, hi),
             if(p = pn AND c = 0, epris[p], 0)), arrayPopBack(CE.1), arrayPopFront(CE.1), arrayPopBack(CE.2),
-            arrayPopFront(CE.2), arrayPopBack(cover))) AS own,
-        arraySort(arrayConcat(arrayMap(s -> (s.1, toInt8(1), s.3), own), arrayMap(s -> (s.2, toInt8(-1), s.3), own))) AS GE,
-        arrayPopFront(arrayPushBack(arrayDifference(GE.1), 0)) AS glen
+            arrayPopFront(CE.2), arrayPopBack(cover))) AS own
     FROM (
-    SELECT *,
-        arrayCumSum(arrayMap(e -> toInt64(e.3), CE)) AS cover
+    SELECT keep, lo, hi, CE,
+        arrayCumSum(arrayMap(e -> toInt64(e.3), CE)) AS cover,
+        {EFFECTIVE_PRIORITIES_SQL}
     FROM (
-    SELECT *,
+    SELECT keep, lo, hi, sp, idxs, pris, pent,
         -- children clipped to their parent, as (parent, start, end); each span's own start and end
         arraySort(arrayConcat(
             arrayMap(t -> (t.1, t.2, toInt8(1)), kids), arrayMap(t -> (t.1, t.3, toInt8(-1)), kids),
-            arrayMap(i -> (i, sts[i], toInt8(0)), idxs), arrayMap(i -> (i, ens[i], toInt8(0)), idxs))) AS CE
+            arrayMap(i -> (i, sts[i], toInt8(0)), idxs), arrayMap(i -> (i, ens[i], toInt8(0)), idxs))) AS CE,
+        {PARENTS_SQL}
     FROM (
-    SELECT *,
+    SELECT keep, lo, hi, sp, idxs, sts, ens, pris,
         arrayFilter(t -> t.3 > t.2, arrayMap(l -> (l.2, greatest(sts[l.1], sts[l.2]), least(ens[l.1], ens[l.2])), links)) AS kids,
-        {EFFECTIVE_PRIORITIES_SQL}
+        {PARENT_ENTRIES_SQL}
     FROM (
-    SELECT *,
+    SELECT keep, lo, hi, sp, idxs, sts, ens, pris, calls, fallback_children,
         -- parent links: (child index, parent index) for spans whose parent is in the trace
         arrayFilter(l -> l.2 > 0, arrayMap((e, f) -> (e.3, if(e.2 = 1 AND f.2 = 0 AND f.1 = e.1 AND f.3 != e.3, f.3, 0)),
                                            E, arrayFill(e -> e.2 = 0, E))) AS links
     FROM (
-    SELECT *,
+    SELECT
+        tuple(
+            {keep}) AS keep,
         if(has_root, root_t.1, min_st) AS lo,
         if(has_root, root_t.2, max_en) AS hi,
+        sp, calls, fallback_children,
         arrayEnumerate(sp) AS idxs,
         arrayMap(x -> x.3, sp) AS sts,
         arrayMap(x -> x.4, sp) AS ens,
@@ -254,8 +292,7 @@ FROM (
             )
         )
         GROUP BY trace_id
-    ))))))
-)
+    )))))))))
 )
 SETTINGS parallel_view_processing = 1{f", max_threads = {int(threads)}" if threads else ""}
 """
