@@ -12,7 +12,7 @@ before its watermark, because an insert that began before the previous run (so i
 ``ingested_at`` lies before the watermark) may have become visible only after it; the digest
 makes that re-read cost a three-column read, not a summary. On the embedded store, which makes
 every insert itself, a run stops before the oldest insert still running instead and re-reads
-nothing (``read_until_ms``). It marks the minutes whose rollups
+nothing (``read_until_ms``), so it skips the digest check too. It marks the minutes whose rollups
 changed (``rollup_dirty``) and tells open pages which traces were summarised (``traces.summarized``).
 
 ``trace_row`` computes the same row in Python with ``trace_math`` (the reference the SQL is tested
@@ -327,7 +327,11 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
         touched = store.query(_TOUCHED_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
                               tag="analytics.summarizer.touched").dicts()
         if touched:
-            written, spans = traces_summarize_ids(project_id=project_id, touched=touched, skip_unchanged=True)
+            # Only an overlap re-reads spans that a summary has already seen; without one (the
+            # embedded store) every touched trace received a span since its latest summary, and
+            # the digest check would read the spans' ids once more to find nothing to skip.
+            written, spans = traces_summarize_ids(project_id=project_id, touched=touched,
+                                                  skip_unchanged=overlap_ms > 0)
             report.traces += len(written)
             report.spans += spans
             report.trace_ids[project_id] = written[:EVENT_TRACE_IDS]

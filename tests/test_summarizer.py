@@ -299,6 +299,28 @@ def test_the_overlap_does_not_rewrite_unchanged_traces_but_any_change_does(proje
     assert summarizer.traces_rebuild(project_id=project.pk, from_ns=start - 1, to_ns=start + 1) == 1
 
 
+def test_the_digest_check_runs_only_where_an_overlap_is_re_read(project_with_key, monkeypatch):
+    """Without an overlap (the embedded store) every touched trace has a span its latest summary has
+    not seen, so the run does not read the spans' digests; with one (a server) it does."""
+    from store.backends import EmbeddedBackend
+
+    store = get_store()
+    if not isinstance(store.backend, EmbeddedBackend):
+        pytest.skip("a server store always re-reads the overlap")
+    tags: list[str] = []
+    real_timed = store._timed
+    monkeypatch.setattr(store, "_timed", lambda kind, tag, started: (tags.append(tag), real_timed(kind, tag, started)))
+    project, _ = project_with_key()
+    insert(project.pk, llm_trace(start_ns=time.time_ns() - 30_000 * MS))
+    assert summarizer.traces_summarize(project_ids=[project.pk]).traces == 1
+    assert "analytics.summarizer.write" in tags and "analytics.summarizer.changed" not in tags
+    tags.clear()
+    monkeypatch.setattr(store, "settled_until_ms", lambda table: None)  # as a server answers
+    insert(project.pk, llm_trace(start_ns=time.time_ns() - 20_000 * MS))
+    assert summarizer.traces_summarize(project_ids=[project.pk]).traces == 1
+    assert "analytics.summarizer.changed" in tags
+
+
 def test_on_the_embedded_store_a_run_stops_before_an_insert_still_running(project_with_key):
     """No overlap is re-read on the embedded store: the run reads up to the oldest insert still
     running (its rows are stamped after it began and may become visible after the run), and the
