@@ -132,11 +132,13 @@ def assert_same(want, got, trace_id):
                              else have), (trace_id, name, value, have)
 
 
-def summarize_sql(trace_ids, version=1):
+def summarize_sql(trace_ids, version=1, settings=""):
     store = get_store()
-    store.command(summary_sql.summary_insert_sql(trace_filter="trace_id IN (SELECT arrayJoin(splitByChar(',', {ids:String})))"),
-        {"project_id": PROJECT, "version": version, "prices": summary_sql.prices_json(PRICES), "ids": ",".join(trace_ids)},
-        tag="tests.summary_sql.summarize")
+    sql = summary_sql.summary_insert_sql(trace_filter="trace_id IN (SELECT arrayJoin(splitByChar(',', {ids:String})))")
+    if settings:
+        sql = sql.replace("SETTINGS ", f"SETTINGS {settings}, ")
+    store.command(sql, {"project_id": PROJECT, "version": version, "prices": summary_sql.prices_json(PRICES),
+                        "ids": ",".join(trace_ids)}, tag="tests.summary_sql.summarize")
 
 
 _counter = iter(range(1, 10**9))
@@ -260,3 +262,29 @@ def test_a_fallback_span_beneath_a_model_call_is_inference_even_when_it_arrives_
     row = computed([trace_id])[trace_id]
     assert_same(expected([root, call, http, connect, stated], base_ns), row, trace_id)
     assert row["inference_ns"] == 800_000 - 30_000 and row["network_ns"] == 30_000 and row["other_ns"] == 200_000
+
+
+def test_the_same_figures_where_a_server_evaluates_both_branches_of_if():
+    """A server may be configured to evaluate every branch of ``if`` (short-circuit evaluation off):
+    the effective priorities of traces without a model call above a fallback span then run on
+    arrays built for the others only, and must neither fail nor change any figure."""
+    import time
+
+    base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    root = {"span_id": "1" * 16, "parent_span_id": "", "name": "POST /chat", "phase": "other", "phase_fallback": 1,
+            "service": "api", "model": "", "start_ns": 0, "duration_ns": 1_000_000, "status": "ok",
+            "status_message": "", "ttft_ns": None, "input_tokens": None, "output_tokens": None, "cost_usd": None}
+    call = dict(root, span_id="2" * 16, parent_span_id="1" * 16, name="chat", phase="inference", phase_fallback=0,
+                model="m1", start_ns=100_000, duration_ns=800_000)
+    http = dict(root, span_id="3" * 16, parent_span_id="2" * 16, name="POST", phase="network", start_ns=150_000,
+                duration_ns=700_000)
+    plain = dict(root, span_id="4" * 16, parent_span_id="1" * 16, name="retrieve", phase="preprocess",
+                 phase_fallback=0, start_ns=50_000, duration_ns=200_000)
+    traces = {"a" * 32: [root, call, http], "b" * 32: [root, plain], "c" * 32: [dict(http, parent_span_id="")]}
+    get_store().insert("spans", [_row(PROJECT, t, s, base_ns) for t, spans in traces.items() for s in spans],
+                       tag="tests.summary_sql.eager")
+    summarize_sql(list(traces), settings="short_circuit_function_evaluation = 'disable'")
+    got = computed(list(traces))
+    for trace_id, spans in traces.items():
+        assert_same(expected(spans, base_ns), got[trace_id], trace_id)
+    assert got["a" * 32]["inference_ns"] == 800_000
