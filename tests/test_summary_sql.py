@@ -232,6 +232,17 @@ def test_load_test_traffic_is_marked_on_the_summary():
     assert rows["e" * 32]["loadtest"] == 1 and rows["f" * 32]["loadtest"] == 0
 
 
+# A request (root, no stated phase), its model call, and the HTTP span beneath the call that states
+# no phase either (the HTTP client rule makes it network; beneath the call it is inference).
+_CHAT_ROOT = {"span_id": "1" * 16, "parent_span_id": "", "name": "POST /chat", "phase": "other", "phase_fallback": 1,
+              "service": "api", "model": "", "start_ns": 0, "duration_ns": 1_000_000, "status": "ok",
+              "status_message": "", "ttft_ns": None, "input_tokens": None, "output_tokens": None, "cost_usd": None}
+_CHAT_CALL = dict(_CHAT_ROOT, span_id="2" * 16, parent_span_id="1" * 16, name="chat sim-gpt", phase="inference",
+                  phase_fallback=0, model="m1", start_ns=100_000, duration_ns=800_000)
+_CHAT_HTTP = dict(_CHAT_ROOT, span_id="3" * 16, parent_span_id="2" * 16, name="POST", phase="network",
+                  phase_fallback=1, start_ns=150_000, duration_ns=700_000)
+
+
 def test_a_fallback_span_beneath_a_model_call_is_inference_even_when_it_arrives_first():
     """OpenLIT's (and httpx auto-instrumentation's) HTTP span beneath an LLM span says nothing of its
     phase: the HTTP client rule makes it network, but it is the model call's time. It is exported
@@ -240,13 +251,7 @@ def test_a_fallback_span_beneath_a_model_call_is_inference_even_when_it_arrives_
     import time
 
     base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
-    root = {"span_id": "1" * 16, "parent_span_id": "", "name": "POST /chat", "phase": "other", "phase_fallback": 1,
-            "service": "api", "model": "", "start_ns": 0, "duration_ns": 1_000_000, "status": "ok",
-            "status_message": "", "ttft_ns": None, "input_tokens": None, "output_tokens": None, "cost_usd": None}
-    call = dict(root, span_id="2" * 16, parent_span_id="1" * 16, name="chat sim-gpt", phase="inference",
-                phase_fallback=0, model="m1", start_ns=100_000, duration_ns=800_000)
-    http = dict(root, span_id="3" * 16, parent_span_id="2" * 16, name="POST", phase="network", phase_fallback=1,
-                start_ns=150_000, duration_ns=700_000)
+    root, call, http = _CHAT_ROOT, _CHAT_CALL, _CHAT_HTTP
     connect = dict(http, span_id="4" * 16, parent_span_id="3" * 16, name="connect", phase="other",
                    start_ns=150_000, duration_ns=100_000)
     stated = dict(http, span_id="5" * 16, parent_span_id="2" * 16, name="upload", phase="network", phase_fallback=0,
@@ -271,13 +276,7 @@ def test_the_same_figures_where_a_server_evaluates_both_branches_of_if():
     import time
 
     base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
-    root = {"span_id": "1" * 16, "parent_span_id": "", "name": "POST /chat", "phase": "other", "phase_fallback": 1,
-            "service": "api", "model": "", "start_ns": 0, "duration_ns": 1_000_000, "status": "ok",
-            "status_message": "", "ttft_ns": None, "input_tokens": None, "output_tokens": None, "cost_usd": None}
-    call = dict(root, span_id="2" * 16, parent_span_id="1" * 16, name="chat", phase="inference", phase_fallback=0,
-                model="m1", start_ns=100_000, duration_ns=800_000)
-    http = dict(root, span_id="3" * 16, parent_span_id="2" * 16, name="POST", phase="network", start_ns=150_000,
-                duration_ns=700_000)
+    root, call, http = _CHAT_ROOT, _CHAT_CALL, _CHAT_HTTP
     plain = dict(root, span_id="4" * 16, parent_span_id="1" * 16, name="retrieve", phase="preprocess",
                  phase_fallback=0, start_ns=50_000, duration_ns=200_000)
     traces = {"a" * 32: [root, call, http], "b" * 32: [root, plain], "c" * 32: [dict(http, parent_span_id="")]}
