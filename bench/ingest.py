@@ -666,7 +666,8 @@ def report(results: list[dict], raw: dict, check: dict, info: dict, settings: di
                      f"{r['p99_ms'] or 0:,.1f}", str(r["errors"]), ratio])
     lines = ["", f"tracedash ingest benchmark — {settings['duration']:g} s per scenario, {settings['concurrency']} "
              f"keep-alive connections, embedded chdb (server: `manage.py serve`, rate limit off, "
-             f"{'in-process beat on: summaries, rollups, alerts' if settings.get('beat', True) else 'no in-process beat: the ingestion path alone'})", "",
+             f"{'in-process beat on: summaries, rollups, alerts' if settings.get('beat', True) else 'no in-process beat: the ingestion path alone'}"
+             f"; inserts at once: {settings.get('write_threads', 1)})", "",
              table(["scenario", "spans/s ack'd", "req/s", "p50 ms", "p99 ms", "errors", "ratio to raw"], rows), ""]
     detail = [[r["scenario"], f"{r['body_bytes'] / 1024:,.0f} KiB", f"{r['mb_per_s']:,.1f}", f"{r['server_cpu_percent']:.0f} %",
                f"{r['client_cpu_percent']:.0f} %", f"{r['server_cpu_ms_per_1000_spans'] or 0:,.0f}",
@@ -720,7 +721,13 @@ def parse_args(argv=None):
     parser.add_argument("--no-beat", action="store_true",
                         help="server without its in-process periodic tasks (TRACEDASH_EMBEDDED_BEAT=0): the ingestion "
                              "path alone, as a production web process runs it (summaries and rollups in the worker)")
+    parser.add_argument("--write-threads", type=int, choices=range(1, 9), metavar="N",
+                        help="inserts the server's writer may run at once (TRACEDASH_INGEST_WRITE_THREADS); default: "
+                             "the server's own (1 with its in-process beat, 2 without), except that --compare-beat "
+                             "runs both servers with 1, so that their ratio is the beat's cost alone")
     args = parser.parse_args(argv)
+    if args.write_threads is None and args.compare_beat:
+        args.write_threads = 1
     args.scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
     unknown = set(args.scenarios) - {"json-100", "json-1000", "otlp-100", "otlp-1000"}
     if unknown or not args.scenarios:
@@ -766,7 +773,8 @@ def main(argv=None) -> int:
         raw = measure_raw(scenarios, work, request_numbers, seconds=raw_seconds)
     finally:
         info = machine()
-        settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick}
+        settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick,
+                    "write_threads": args.write_threads or "the server's default"}
         for beat, (results, check) in runs.items():
             print(report(results, raw, check, info, settings | {"beat": beat}), flush=True)
         print(ratios_text(runs, raw), flush=True)
@@ -788,6 +796,8 @@ def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, 
     env = {"TRACEDASH_INGEST_RATE_LIMIT": "0", "TRACEDASH_BEAT_SAMPLE_SECONDS": "3600"}
     if not beat:
         env["TRACEDASH_EMBEDDED_BEAT"] = "0"
+    if args.write_threads:
+        env["TRACEDASH_INGEST_WRITE_THREADS"] = str(args.write_threads)
     server = Server(data_dir, env=env)
     results: list[dict] = []
     try:

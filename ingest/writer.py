@@ -5,6 +5,14 @@ replayer thread drains in order when ClickHouse is back.
 
 No artificial delay is added: while one insert runs, the next requests queue, so batches grow
 with load by themselves and a lone request is written at once.
+
+Two inserts may run at once, the second only for a batch of at least ``parallel_min_rows`` rows.
+With one insert at a time, the clients it answers all wait on it and send their next batches
+together once it returns: parsing (Python, one core) and inserting (ClickHouse) take turns instead
+of overlapping, and half of a two-core machine idles (``bench/ingest.py``: json-1000 at 1.3 of 2
+cores). A second insert of small batches would only split them: more parts for the same rows, each
+with its fixed cost and later merges, so small batches still wait for the running insert and
+group behind it.
 """
 
 from __future__ import annotations
@@ -54,12 +62,17 @@ def new_token() -> str:
 class IngestWriter:
     def __init__(self, spool: Spool, *, spool_root=None, max_batch_rows: int = 50_000, target_batch_rows: int = 10_000,
                  linger: float = 0.03, max_queued_rows: int = 400_000, replay_interval: float = 0.5,
-                 tail_bytes: int = 8 << 20, tail_wait: float = 2.0, replay_group_rows: int | None = None):
+                 tail_bytes: int = 8 << 20, tail_wait: float = 2.0, replay_group_rows: int | None = None,
+                 write_threads: int = 2, parallel_min_rows: int = 2_000):
         self.spool = spool
         self.spool_root = spool_root
         self.max_batch_rows = max_batch_rows
         self.target_batch_rows = target_batch_rows
         self.linger = linger
+        # A writer thread starts an insert while another runs only for at least this many rows.
+        self.parallel_min_rows = parallel_min_rows
+        self._inserting = 0  # inserts (or spool writes) running now, under _cond
+        self._stats_lock = threading.Lock()
         self._busy = False  # the last batch grouped several requests: more are likely on the way
         # Requests per batch of the last few batches: under a steady load the same clients send
         # again as soon as they are answered, so the next batch waits (at most ``linger``) for as
@@ -85,7 +98,8 @@ class IngestWriter:
                       "replay_rounds": 0, "tail_drains": 0, "replay_failures": 0, "segments_quarantined": 0}
         self._refusals: dict = {}
         self._threads = [
-            threading.Thread(target=self._write_loop, name="tracedash-writer", daemon=True),
+            *(threading.Thread(target=self._write_loop, name=f"tracedash-writer-{n}", daemon=True)
+              for n in range(1, max(1, write_threads) + 1)),
             threading.Thread(target=self._replay_loop, name="tracedash-replayer", daemon=True),
         ]
         for thread in self._threads:
@@ -111,26 +125,42 @@ class IngestWriter:
         return self.submit(table, rows).result(timeout)
 
     # --- the writer thread -------------------------------------------------------------------
+    def _count(self, **increments: int) -> None:
+        with self._stats_lock:  # several writer threads and the replayer update the same counters
+            for name, n in increments.items():
+                self.stats[name] += n
+
+    def _may_start(self) -> bool:
+        """Under ``_cond``: whether a writer thread may take a batch now (see the module's doc)."""
+        return bool(self._queue) and (not self._inserting or self._queued_rows >= self.parallel_min_rows
+                                      or self._stopping)
+
     def _take(self) -> list[_Request] | None:
         with self._cond:
-            while not self._queue:
-                if self._stopping:
-                    return None
-                self._cond.wait()
-            # Under concurrent load each insert has a large fixed cost (a new part, merges later):
-            # wait a few milliseconds for a fuller batch, but only until as many requests are
-            # queued as recent batches carried (the clients answered by the last insert have sent
-            # again): waiting longer cannot fill the batch further, since those clients wait for
-            # this insert. A lone request is never held back.
-            if self._busy and self.linger:
-                deadline = time.monotonic() + self.linger
-                expected = max(self._recent_requests, default=0)
-                while (self._queued_rows < self.target_batch_rows and len(self._queue) < expected
-                       and not self._stopping):
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(remaining)
+            while True:
+                while not self._may_start():
+                    if self._stopping and not self._queue:
+                        return None
+                    self._cond.wait()
+                self._inserting += 1  # the slot is this thread's while it lingers: no second small batch
+                # Under concurrent load each insert has a large fixed cost (a new part, merges
+                # later): wait a few milliseconds for a fuller batch, but only until as many
+                # requests are queued as recent batches carried (the clients answered by the last
+                # insert have sent again): waiting longer cannot fill the batch further, since those
+                # clients wait for this insert. A lone request is never held back.
+                if self._busy and self.linger:
+                    deadline = time.monotonic() + self.linger
+                    expected = max(self._recent_requests, default=0)
+                    while (self._queued_rows < self.target_batch_rows and len(self._queue) < expected
+                           and not self._stopping):
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._cond.wait(remaining)
+                if self._queue:
+                    break
+                self._inserting -= 1  # another writer thread took the queue meanwhile
+                self._cond.notify_all()
             taken, rows = [], 0
             while self._queue and (not taken or rows + len(self._queue[0].rows) <= self.max_batch_rows):
                 request = self._queue.popleft()
@@ -146,11 +176,16 @@ class IngestWriter:
             taken = self._take()
             if taken is None:
                 return
-            by_table: dict[str, list[_Request]] = {}
-            for request in taken:
-                by_table.setdefault(request.table, []).append(request)
-            for table, requests in by_table.items():
-                self._write_batch(table, requests)
+            try:
+                by_table: dict[str, list[_Request]] = {}
+                for request in taken:
+                    by_table.setdefault(request.table, []).append(request)
+                for table, requests in by_table.items():
+                    self._write_batch(table, requests)
+            finally:
+                with self._cond:
+                    self._inserting -= 1
+                    self._cond.notify_all()  # small batches queued behind this insert may go now
 
     def _write_batch(self, table: str, requests: list[_Request]) -> None:
         rows = [row for request in requests for row in request.rows]
@@ -175,8 +210,7 @@ class IngestWriter:
             try:
                 get_store().insert(table, rows, tag=f"ingest.writer.{table}", dedup_token=token)
                 self._store_ok = True
-                self.stats["batches"] += 1
-                self.stats["rows_stored"] += len(rows)
+                self._count(batches=1, rows_stored=len(rows))
                 return Outcome.STORED
             except StoreError as exc:
                 self._store_ok = not isinstance(exc, StoreUnavailable)
@@ -184,7 +218,7 @@ class IngestWriter:
         # A batch that was tried may be in ClickHouse already (a timeout after the commit): only its
         # own token dedups it, so it is replayed alone; one never sent may join a replay group.
         self.spool.append(table, token, rows, solo=tried)  # raises SpoolFull
-        self.stats["rows_spooled"] += len(rows)
+        self._count(rows_spooled=len(rows))
         self._replay_wakeup.set()
         return Outcome.SPOOLED
 
@@ -198,7 +232,7 @@ class IngestWriter:
         try:
             if self.spool.pending():
                 self._replay_locked(self.spool)
-                self.stats["tail_drains"] += 1
+                self._count(tail_drains=1)
         finally:
             self.spool.replay_lock.release()
 
@@ -212,7 +246,7 @@ class IngestWriter:
             ok = all(self.replay(spool) for spool in spools)
             for spool in spools[1:]:
                 spool.release()
-            self.stats["replay_rounds"] += 1
+            self._count(replay_rounds=1)
             backoff = self.replay_interval if ok else min(backoff * 2, 30.0)
             self._replay_wakeup.wait(backoff)
             self._replay_wakeup.clear()
@@ -291,20 +325,19 @@ class IngestWriter:
             self._insert(group.table, [row for segment in group.segments for row in segment.rows], group.token)
         except StoreUnavailable as exc:
             self._store_ok = False
-            self.stats["replay_failures"] += 1
+            self._count(replay_failures=1)
             log.warning("spool replay of %d segments from %s waits for ClickHouse: %s", len(group.segments),
                         group.manifest.name, exc)
             return False
         except StoreError as exc:
-            self.stats["replay_failures"] += 1
+            self._count(replay_failures=1)
             log.warning("ClickHouse refused a replay group of %d segments from %s (%s); replaying them one by one",
                         len(group.segments), group.manifest.name, exc)
             spool.drop_group(group)
             return None
         self._store_ok = True
         spool.finish_group(group)
-        self.stats["segments_replayed"] += len(group.segments)
-        self.stats["replay_inserts"] += 1
+        self._count(segments_replayed=len(group.segments), replay_inserts=1)
         log.info("replayed %d %s rows from %d spool segments (%s)", sum(len(s.rows) for s in group.segments),
                  group.table, len(group.segments), group.manifest.name)
         return True
@@ -317,11 +350,11 @@ class IngestWriter:
                 self._insert(segment.table, segment.rows, segment.token)
             except StoreUnavailable as exc:
                 self._store_ok = False
-                self.stats["replay_failures"] += 1
+                self._count(replay_failures=1)
                 log.warning("spool replay of %s waits for ClickHouse: %s", path.name, exc)
                 return False
             except StoreError as exc:
-                self.stats["replay_failures"] += 1
+                self._count(replay_failures=1)
                 refusals = self._refusals[path] = self._refusals.get(path, 0) + 1
                 if refusals < MAX_SEGMENT_REFUSALS:
                     log.warning("ClickHouse refused spool segment %s (%d/%d): %s", path.name, refusals,
@@ -329,15 +362,14 @@ class IngestWriter:
                     return False
                 moved = spool.quarantine(path)
                 self._refusals.pop(path, None)
-                self.stats["segments_quarantined"] += 1
+                self._count(segments_quarantined=1)
                 log.error("spool segment %s refused %d times; moved to %s for inspection: %s", path.name, refusals,
                           moved, exc)
                 continue
             self._store_ok = True
             self._refusals.pop(path, None)
             spool.remove(path)
-            self.stats["segments_replayed"] += 1
-            self.stats["replay_inserts"] += 1
+            self._count(segments_replayed=1, replay_inserts=1)
             log.info("replayed %d %s rows from the spool (%s)", len(segment.rows), segment.table, path.name)
         return True
 
@@ -379,7 +411,7 @@ def get_writer() -> IngestWriter:
 
                 root = settings.DATA_DIR / "spool"
                 spool = Spool.claim(root, max_bytes=settings.TRACEDASH_SPOOL_MAX_BYTES)
-                _writer = IngestWriter(spool, spool_root=root)
+                _writer = IngestWriter(spool, spool_root=root, write_threads=settings.ENV.ingest_write_threads)
     return _writer
 
 

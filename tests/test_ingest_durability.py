@@ -160,6 +160,49 @@ def test_concurrent_requests_are_grouped_into_few_inserts(tmp_path, project_with
     assert count_spans(project.pk) == 100
 
 
+class HeldStore(Store):
+    """The real store, each insert held ``hold`` s first; counts the inserts running at once."""
+
+    def __init__(self, backend, hold: float):
+        super().__init__(backend)
+        self.hold, self.running, self.most = hold, 0, 0
+        self._lock = threading.Lock()
+
+    def insert(self, *args, **kwargs):
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            time.sleep(self.hold)
+            return super().insert(*args, **kwargs)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+@pytest.mark.parametrize("traces, inserts_at_once", [(1, 1), (10, 2)], ids=["small-waits", "large-goes-beside"])
+def test_a_second_insert_runs_beside_the_first_only_for_a_large_batch(tmp_path, project_with_key, traces,
+                                                                       inserts_at_once):
+    """While one insert runs, a batch of at least ``parallel_min_rows`` rows starts a second one
+    (parsing and inserting overlap instead of taking turns); a smaller one waits for the running
+    insert, as more small requests would group behind it (two small inserts: more parts, same rows)."""
+    project, _ = project_with_key()
+    held = HeldStore(get_store().backend, hold=1.0)
+    real = store.set_store(held)
+    writer = IngestWriter(Spool(tmp_path / "slot-0", max_bytes=10**8), parallel_min_rows=40, linger=0)
+    try:
+        first = writer.submit("spans", rows_for(project.pk))
+        wait_until(lambda: held.running == 1, timeout=30, message="the first insert to start")
+        second = writer.submit("spans", rows_for(project.pk, traces))  # 5 or 50 rows
+        assert first.result(60) == second.result(60) == Outcome.STORED
+        assert held.most == inserts_at_once
+        assert writer.stats["batches"] == 2 and writer.stats["rows_stored"] == 5 + 5 * traces
+    finally:
+        writer.stop()
+        store.set_store(real)
+    assert count_spans(project.pk) == 5 + 5 * traces
+
+
 def test_closed_loop_clients_are_written_together_without_waiting_out_the_linger(tmp_path, project_with_key):
     """Clients that send again as soon as they are answered (bench/ingest.py's, an SDK's exporter
     threads) cannot fill a batch beyond what they keep in flight: once as many requests are queued
