@@ -115,7 +115,7 @@ class IngestWriter:
                 raise Overloaded(f"{self._queued_rows} rows are already waiting to be written")
             self._queue.append(request)
             self._queued_rows += len(rows)
-            self._cond.notify()
+            self._cond.notify_all()  # the lingering writer thread, not only the one waiting for a slot
         return request.future
 
     async def submit_async(self, table: str, rows: list) -> Outcome:
