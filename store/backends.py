@@ -176,13 +176,16 @@ class ConnectionPool:
         return len(self._idle)
 
 
-# Every insert skips ClickHouse's "optimize on insert": for a Replacing/Aggregating table it merges
-# the rows of the new block that share a sorting key before the part is written, a pass that copies
-# every row (with its attribute maps) once more. Rows of one batch rarely share a key, and every
-# reader deduplicates anyway (FINAL, LIMIT 1 BY, argMax), as it must for the copies of a span that
-# arrive in separate inserts; merges fold them as they always do. A 4,000-span insert: 70 -> 36 ms
-# of CPU; 800 spans: 31 -> 24 (docs/BENCHMARKS.md, "optimize on insert").
-INSERT_SETTINGS = {"optimize_on_insert": 0}
+# Every statement runs without ClickHouse's "optimize on insert": for a Replacing or Aggregating
+# table it merges the rows of each new block that share a sorting key before the part is written, a
+# pass that copies every row (with its attribute maps) once more. Rows of one insert rarely share a
+# key (an INSERT ... SELECT that groups by the key never), and every reader deduplicates anyway
+# (FINAL, LIMIT 1 BY, argMax, GROUP BY), as it must for rows of the same key that arrive in separate
+# inserts; merges fold them as they always do. A session setting, so that it also reaches the
+# summariser's and the rollups' INSERT ... SELECT and the materialized views they feed. An insert
+# of 4,000 spans: 70 -> 36 ms of CPU; the summary statement over 14,000 spans: -6 %
+# (docs/BENCHMARKS.md, "optimize on insert").
+SESSION_SETTINGS = {"optimize_on_insert": 0}
 
 # Inserts running now in this process, per (database, table): {insert number: its start, unix ns}.
 # chdb opens a data directory in one process only, so in the embedded mode these are all the
@@ -237,6 +240,8 @@ class EmbeddedBackend:
         try:
             self._ensure_database(conn)
             conn.query(f"USE `{self.database}`")
+            for name, value in SESSION_SETTINGS.items():
+                conn.query(f"SET {name} = {value}")
         except BaseException:
             _close_quietly(conn)
             raise
@@ -339,9 +344,7 @@ class EmbeddedBackend:
         # callers batch already (the ingest writer's group commit), so insert synchronously. One
         # thread: the rows come from one Arrow table, and a second thread only splits the blocks
         # (an insert of 4,000-8,000 spans cost 20-25 % more CPU on two; 1,000: the same).
-        settings = (" SETTINGS async_insert = 0, max_threads = 1"
-                    + "".join(f", {name} = {value}" for name, value in INSERT_SETTINGS.items())
-                    + (f", insert_deduplication_token = '{dedup_token}'" if dedup_token else ""))
+        settings = " SETTINGS async_insert = 0, max_threads = 1" + (f", insert_deduplication_token = '{dedup_token}'" if dedup_token else "")
         self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}){settings} SELECT * FROM Python(arrow_rows)",
                      None, tag)
 
@@ -542,7 +545,7 @@ class NativeBackend:
     def _execute(self, client, sql, params, tag, extra_settings=None, **kwargs):
         from clickhouse_driver import errors as ch_errors
 
-        settings = {"log_comment": tag, **self._cluster_settings, **(extra_settings or {})}
+        settings = {"log_comment": tag, **SESSION_SETTINGS, **self._cluster_settings, **(extra_settings or {})}
         where = f"{self.url.host}:{self.url.port}"
         try:
             return client.execute(sql, params, settings=settings, **kwargs)
@@ -598,7 +601,7 @@ class NativeBackend:
             data.append(values)
         column_list = ", ".join(f"`{c}`" for c in columns)
         sql = f"{tag_comment(tag)}INSERT INTO {table} ({column_list}) VALUES"
-        settings = {**INSERT_SETTINGS, **({"insert_deduplication_token": dedup_token} if dedup_token else {})}
+        settings = {"insert_deduplication_token": dedup_token} if dedup_token else None
         with self._pool.lent() as client:
             self._execute(client, sql, data, tag, columnar=True, types_check=False, extra_settings=settings)
 

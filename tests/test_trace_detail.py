@@ -76,6 +76,25 @@ def test_resent_spans_are_deduplicated_latest_copy_wins(project_with_key):
     assert detail.summary.input_tokens == 812  # not doubled
 
 
+def test_a_span_twice_in_one_insert_is_stored_twice_and_read_once(project_with_key):
+    """Inserts skip ClickHouse's optimize_on_insert (store.backends.SESSION_SETTINGS): the copies of
+    a span in one insert (a client's retry inside one batch, two grouped requests) stay apart until
+    a merge, as copies from separate inserts always did, and every reader takes one."""
+    project, _ = project_with_key()
+    spans = llm_trace()
+    tid = spans[0]["trace_id"]
+    insert_spans(spans + [dict(sp) for sp in spans], project_id=project.pk)  # one insert
+    stored = get_store().query("SELECT count() FROM spans WHERE project_id = {p:UInt64} AND trace_id = {t:FixedString(32)}",
+                               {"p": project.pk, "t": tid}, tag="tests.count").scalar()
+    assert stored == 10  # not merged on insert
+    from tests.trace_seed import summarise
+
+    summarise(tid, project_id=project.pk)
+    detail = trace_get(project_id=project.pk, trace_id=tid)
+    assert len(detail.spans) == 5 and detail.summary.span_count == 5
+    assert detail.summary.input_tokens == 812  # not doubled
+
+
 def test_found_without_a_summary_row_and_with_one(project_with_key):
     project, _ = project_with_key()
     spans = llm_trace()

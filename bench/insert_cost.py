@@ -1,0 +1,90 @@
+"""What one ``Store.insert`` of spans costs, with the session settings the store uses and with each
+turned back to ClickHouse's default.
+
+    .venv/bin/python bench/insert_cost.py [--sizes 1,800,4000] [--rounds 12]
+
+Parses ``bench/ingest.py``'s json-1000 bodies as the server does, then inserts slices of those rows
+into a fresh embedded store with ``Store.insert`` (Arrow table, the statement, the part written),
+the variants interleaved, ``--rounds`` times per size; prints the median wall time and the
+process CPU (every chdb thread). Each variant is a ``SET`` on the store's one connection (this
+process makes one call at a time, so the pool lends the same one). Variants:
+
+- **store**: ``store.backends.SESSION_SETTINGS`` as they are (``optimize_on_insert = 0``);
+- **optimize_on_insert = 1**: ClickHouse's default, the in-block Replacing merge;
+- **no skip indexes at insert**: also ``materialize_skip_indexes_on_insert = 0`` (merges build them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
+
+from bench import load_spans  # noqa: E402
+from bench.common import machine, table  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1,800,4000", help="rows per insert, comma-separated")
+    parser.add_argument("--rounds", type=int, default=12)
+    args = parser.parse_args(argv)
+    sizes = [int(n) for n in args.sizes.split(",")]
+
+    load_spans._django()
+    from bench import ingest as ingest_bench
+    from ingest.schemas import Limits, parse_spans
+    from store import backends
+
+    native = {s.name: s for s in ingest_bench.build_scenarios(7, pool_100=2, pool_1000=6)}["json-1000"]
+    numbers = itertools.count(1)
+    bodies = max(12, -(-max(sizes) * 3 // native.batch))
+    rows = [row for i in range(bodies)
+            for row in parse_spans(native.patch(native.templates[i % len(native.templates)], next(numbers)),
+                                   project_id=1, limits=Limits())[0]]
+    store = load_spans.open_store(Path(tempfile.mkdtemp(prefix="tracedash-insert-bench-")))
+    store.insert("spans", rows[:1000], tag="bench.insert_cost.warmup", dedup_token=secrets.token_hex(16))
+
+    store_settings = {"materialize_skip_indexes_on_insert": 1, **backends.SESSION_SETTINGS}
+    variants = {"store": store_settings, "optimize_on_insert = 1": {**store_settings, "optimize_on_insert": 1},
+                "no skip indexes at insert": {**store_settings, "materialize_skip_indexes_on_insert": 0}}
+    timings: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    total = len(sizes) * args.rounds
+    for step, (n, rnd) in enumerate(itertools.product(sizes, range(args.rounds)), 1):
+        for label, settings in variants.items():
+            store.command("SET " + ", ".join(f"{name} = {value}" for name, value in settings.items()),
+                          tag="bench.insert_cost.set")
+            offset = (rnd * 977 + n * 3 + len(label)) % (len(rows) - n)
+            wall, cpu = time.perf_counter(), time.process_time()
+            store.insert("spans", rows[offset:offset + n], tag="bench.insert_cost", dedup_token=secrets.token_hex(16))
+            timings.setdefault((n, label), []).append(((time.perf_counter() - wall) * 1000,
+                                                       (time.process_time() - cpu) * 1000))
+        print(f"\r  {step}/{total} rounds", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+
+    lines = []
+    for n in sizes:
+        base = statistics.median(c for _, c in timings[(n, "store")])
+        for label in variants:
+            walls, cpus = zip(*timings[(n, label)])
+            cpu = statistics.median(cpus)
+            lines.append([f"{n:,}", label, f"{statistics.median(walls):.1f}", f"{cpu:.1f}", f"{cpu / base:.2f}"])
+    print(f"Store.insert of json-1000 spans, {args.rounds} interleaved rounds, medians "
+          f"(CPU: this process, every chdb thread)\n")
+    print(table(["rows", "insert settings", "wall ms", "CPU ms", "CPU / store's"], lines))
+    info = machine()
+    print(f"\nmachine: nproc {info.get('nproc')}, {info.get('cpu_model', '')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
