@@ -201,7 +201,8 @@ class IngestWriter:
 
     def _store_or_spool(self, table: str, token: str, rows: list) -> Outcome:
         # While older rows wait in the spool, new ones queue behind them: the spool is drained in
-        # order, so ClickHouse never sees a batch before one acknowledged earlier.
+        # order, so ClickHouse never sees a batch before one acknowledged before it was taken (two
+        # inserts running at once were taken together: neither waits for the other's outcome).
         if (self.spool.pending() and self._store_ok and not self._refusals
                 and self.spool.size_bytes <= self.tail_bytes):
             self._drain_tail()
