@@ -130,17 +130,30 @@ def test_a_restarted_process_replays_the_spool_a_dead_one_left(tmp_path, project
         writer.stop()
 
 
-class SlowStore(Store):
-    """The real store, with each insert taking at least 50 ms (as a loaded server does)."""
+class HeldStore(Store):
+    """The real store, each insert held ``hold`` s first (as a loaded server takes its time); counts the
+    inserts running at once."""
+
+    def __init__(self, backend, hold: float):
+        super().__init__(backend)
+        self.hold, self.running, self.most = hold, 0, 0
+        self._lock = threading.Lock()
 
     def insert(self, *args, **kwargs):
-        time.sleep(0.05)
-        return super().insert(*args, **kwargs)
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            time.sleep(self.hold)
+            return super().insert(*args, **kwargs)
+        finally:
+            with self._lock:
+                self.running -= 1
 
 
 def test_concurrent_requests_are_grouped_into_few_inserts(tmp_path, project_with_key):
     project, _ = project_with_key()
-    slow = SlowStore(get_store().backend)
+    slow = HeldStore(get_store().backend, hold=0.05)
     real = store.set_store(slow)
     writer = IngestWriter(Spool(tmp_path / "slot-0", max_bytes=10**8))
     try:
@@ -158,26 +171,6 @@ def test_concurrent_requests_are_grouped_into_few_inserts(tmp_path, project_with
         writer.stop()
         store.set_store(real)
     assert count_spans(project.pk) == 100
-
-
-class HeldStore(Store):
-    """The real store, each insert held ``hold`` s first; counts the inserts running at once."""
-
-    def __init__(self, backend, hold: float):
-        super().__init__(backend)
-        self.hold, self.running, self.most = hold, 0, 0
-        self._lock = threading.Lock()
-
-    def insert(self, *args, **kwargs):
-        with self._lock:
-            self.running += 1
-            self.most = max(self.most, self.running)
-        try:
-            time.sleep(self.hold)
-            return super().insert(*args, **kwargs)
-        finally:
-            with self._lock:
-                self.running -= 1
 
 
 @pytest.mark.parametrize("traces, inserts_at_once", [(1, 1), (10, 2)], ids=["small-waits", "large-goes-beside"])

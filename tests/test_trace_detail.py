@@ -10,7 +10,7 @@ from django.urls import reverse
 from store import get_store
 from dashboard.trace_detail import endpoint_p50, endpoint_recent_traces, trace_get, trace_json
 from tests.spans import llm_trace, span_id, trace_id
-from tests.trace_seed import insert_spans, seed
+from tests.trace_seed import insert_spans, seed, summarise
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
 MS = 1_000_000
@@ -87,8 +87,6 @@ def test_a_span_twice_in_one_insert_is_stored_twice_and_read_once(project_with_k
     stored = get_store().query("SELECT count() FROM spans WHERE project_id = {p:UInt64} AND trace_id = {t:FixedString(32)}",
                                {"p": project.pk, "t": tid}, tag="tests.count").scalar()
     assert stored == 10  # not merged on insert
-    from tests.trace_seed import summarise
-
     summarise(tid, project_id=project.pk)
     detail = trace_get(project_id=project.pk, trace_id=tid)
     assert len(detail.spans) == 5 and detail.summary.span_count == 5
@@ -101,8 +99,6 @@ def test_found_without_a_summary_row_and_with_one(project_with_key):
     tid = seed(spans, project_id=project.pk, summary=False)
     assert trace_get(project_id=project.pk, trace_id=tid).summary.span_count == 5
     seed(llm_trace(), project_id=project.pk)  # another trace, summarised
-    from tests.trace_seed import summarise
-
     summarise(tid, project_id=project.pk)
     assert trace_get(project_id=project.pk, trace_id=tid).summary.span_count == 5
 
