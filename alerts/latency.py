@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 from django.conf import settings
 
+from analytics.attribute_index import key_declare
 from analytics.grouping import trace_value_sql
 from analytics.summary_sql import PHASES
 from store import get_store
@@ -165,6 +166,7 @@ def latency_fetch(*, project_id: int, window_seconds: int, now: datetime, model:
     since_ns = until_ns - window_seconds * 1_000_000_000
     params = {"project_id": project_id, "since_ns": since_ns, "until_ns": until_ns, "model": model or ""}
     if group_by:
+        key_declare(project_id=project_id, key=group_by)
         params.update(group_by=group_by, group_value=group_value, service=service)
     rows = get_store().query(_GROUPED_WINDOW_SQL if group_by else _WINDOW_SQL, params,
                              tag="alerts.latency.latency_fetch").dicts()

@@ -37,6 +37,7 @@ RETENTION_COLUMNS: dict[str, str] = {
     "scores": "time",
     "traces": "start_time",
     "traces_by_start": "start_time",
+    "span_key_values": "start_time",
     "rollup_minute": "bucket",
     "rollup_hour": "bucket",
     "rollup_6h": "bucket",
@@ -47,8 +48,8 @@ RETENTION_COLUMNS: dict[str, str] = {
     "resource_minute": "bucket",
     "resource_hour": "bucket",
 }
-# Bookkeeping, not data: dirty-minute marks (3-day TTL) and job watermarks.
-RETENTION_EXEMPT = frozenset({"rollup_dirty", "task_watermarks"})
+# Bookkeeping, not data: dirty-minute marks (3-day TTL), job watermarks, the declared attribute keys.
+RETENTION_EXEMPT = frozenset({"rollup_dirty", "task_watermarks", "dim_keys"})
 
 
 @dataclass

@@ -33,7 +33,7 @@ from ingest.services import traces_group
 from store import get_store
 
 from .prices import prices_for_project
-from analytics import summary_sql
+from analytics import attribute_index, summary_sql
 
 from analytics.trace_math import PHASES, Tree, trace_summarize
 
@@ -187,6 +187,8 @@ _SPAN_FILTER = ("start_time >= fromUnixTimestamp64Nano({lo_ns:Int64}) "
 _DIGESTS_SQL = summary_sql.span_digests_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
 _INSERT_SQL = summary_sql.summary_insert_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
 _INSERT_ONE_THREAD_SQL = summary_sql.summary_insert_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER, threads=1)
+# The declared attribute keys each summarised trace carries (analytics.attribute_index).
+_INDEX_SQL = attribute_index.traces_index_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
 # The rows just written, read by start: a summary starts at one of the spans it was computed from,
 # all of which lie in [lo, hi], so only that range's granules are read (by id in ``traces`` it
 # would be a share of the whole table again, as ``_PREVIOUS_SQL``).
@@ -198,17 +200,22 @@ WHERE project_id = {{project_id:UInt64}} AND {_SPAN_FILTER} AND version = {{vers
 
 
 def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
-                         mark_dirty: bool = True, skip_unchanged: bool = False) -> tuple[list[str], int]:
+                         mark_dirty: bool = True, skip_unchanged: bool = False,
+                         keys: list[str] | None = None) -> tuple[list[str], int]:
     """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
     range of their new spans; ``spans``, where known: how many) in ClickHouse, write their rows
     and mark the minutes to roll up again. ``skip_unchanged``: leave out traces whose spans are
-    exactly those their latest summary was computed from (the incremental runs' overlap). Returns
+    exactly those their latest summary was computed from (the incremental runs' overlap). ``keys``:
+    the attribute keys to index for these traces (default: the project's declared ones). Returns
     (trace ids written, spans summarised)."""
     store = get_store()
     if prices is None:
         prices = prices_for_project(project_id=project_id)
     version = version or _clock_ns()
-    base = {"project_id": project_id, "version": version, "prices": summary_sql.prices_json(prices)}
+    if keys is None:
+        keys = attribute_index.declared_keys(project_id=project_id)
+    base = {"project_id": project_id, "version": version, "prices": summary_sql.prices_json(prices),
+            "keys": attribute_index.keys_json(keys)}
     written: list[str] = []
     spans_read = 0
     for batch in _batches(touched, settings.TRACEDASH_SUMMARIZE_BATCH_TRACES):
@@ -239,6 +246,8 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
         counts = [t.get("spans") for t in batch]
         small = None not in counts and sum(int(c) for c in counts) <= settings.TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS
         store.command(_INSERT_ONE_THREAD_SQL if small else _INSERT_SQL, params, tag="analytics.summarizer.write")
+        if keys:
+            store.command(_INDEX_SQL, params, tag="analytics.summarizer.index")
         rows = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
         dirty = set()
         moved: list[tuple[str, int]] = []

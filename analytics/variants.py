@@ -24,6 +24,7 @@ import numpy as np
 
 from store import get_store
 
+from . import attribute_index
 from . import significance as sig
 from .grouping import SPAN_VALUE_SQL, attribute_keys, earliest_key_sql, trace_value_sql
 from .panel_selectors import _params, reads_concurrently, window_requests_sql
@@ -73,6 +74,7 @@ def _p(project_id: int, start: datetime, end: datetime, service: str, model: str
 def top_values(*, project_id: int, start: datetime, end: datetime, key: str, service: str = "", model: str = "",
                limit: int = DEFAULT_TOP) -> list[str]:
     """The key's values by requests in the window, most first (the default choice)."""
+    attribute_index.key_declare(project_id=project_id, key=key)
     sql = (f"SELECT a.variant AS variant, count() AS n FROM ({_WINDOW_TRACE_IDS}) AS t"
            f" INNER JOIN ({_assigned()}) AS a ON t.trace_id = a.trace_id"
            " GROUP BY variant ORDER BY n DESC, variant LIMIT {limit:UInt32}")
@@ -235,6 +237,7 @@ def variants_compare(*, project_id: int, start: datetime, end: datetime, key: st
     result = VariantsResult(key=key, values=list(values), seconds=seconds, corrected=len(values) > 2)
     if not values:
         return result
+    attribute_index.key_declare(project_id=project_id, key=key)
     params = _p(project_id, start, end, service, model, key, values)
     r = reads_concurrently(figures=lambda: _figures_read(params), gpu=lambda: _gpu_read(params))
     (fig_rows, score_rows), gpu_rows = r["figures"], r["gpu"]

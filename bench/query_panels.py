@@ -68,6 +68,34 @@ def _window(store, hours: float) -> dict:
     return {"end": data["hi"], "start": data["hi"] - int(hours * 3600 * NS)}
 
 
+def _keyed(hours: float, *, indexed: bool):
+    """The window, with ``user.tier`` read from the attribute index (``indexed``: backfilled once,
+    then marked ready) or by the span scan (the key marked not ready: what a key gets before its
+    backfill, or beyond a project's MAX_KEYS). Each scenario pair runs the same reads both ways."""
+
+    def setup(store) -> dict:
+        from analytics import attribute_index
+
+        state = _window(store, hours)
+        params = {"project_id": PROJECT_ID, "key": "user.tier"}
+        if indexed and not _built.get("indexed"):
+            store.command("DELETE FROM span_key_values WHERE project_id = {project_id:UInt64} AND key = {key:String}",
+                          params, tag="bench.panels.index")
+            started = time.monotonic()
+            attribute_index._backfill(params)  # what index_backfill runs, without the declaration's wait
+            store.command("OPTIMIZE TABLE span_key_values FINAL", tag="bench.panels.index")
+            rows = attribute_index._rows(params)
+            _built["indexed"] = True
+            print(f"attribute index: user.tier backfilled, {rows:,} traces in {time.monotonic() - started:.1f} s")
+        stamp = time.time_ns()
+        store.insert("dim_keys", [{**params, "declared_at": stamp, "ready": int(indexed), "removed": 0, "version": stamp}],
+                     tag="bench.panels.index")
+        attribute_index.forget_known()
+        return state
+
+    return setup
+
+
 def _shift(state: dict, i: int) -> tuple[datetime, datetime]:
     """The window moved back by i minutes, so runs do not repeat one query exactly."""
     delta = i * 60 * NS
@@ -235,10 +263,14 @@ SCENARIOS = [
     Scenario("panels: compare 2 models, 7 d", 300, None, lambda s: _window(s, 24 * 7), _compare_models),
     Scenario("panels: compare user.tier free/pro, 7 d", 300, None, lambda s: _window(s, 24 * 7), _compare_attribute,
              note="traces joined with the spans that carry the attribute (rollups keep no attributes)"),
-    Scenario("panels: variants user.tier free/pro, 24 h", 300, None, lambda s: _window(s, 24), _variants,
-             note="analytics.variants.variants_compare: 3 reads side by side + bootstrap of ≤ 20k per variant"),
-    Scenario("panels: variants user.tier free/pro, 7 d", 300, None, lambda s: _window(s, 24 * 7), _variants),
-    Scenario("grouping: latency series by user.tier, 24 h", 300, None, lambda s: _window(s, 24), _grouped,
+    Scenario("panels: variants user.tier free/pro, 24 h", 300, None, _keyed(24, indexed=True), _variants,
+             note="analytics.variants.variants_compare: 3 reads side by side + bootstrap of ≤ 20k per variant; "
+                  "user.tier from the attribute index"),
+    Scenario("panels: variants user.tier free/pro, 7 d", 300, None, _keyed(24 * 7, indexed=True), _variants),
+    Scenario("panels: variants user.tier free/pro, 7 d, span scan", None, None, _keyed(24 * 7, indexed=False), _variants,
+             note="the same, the key not indexed (before its backfill)"),
+    Scenario("grouping: latency series by user.tier, 24 h", 300, None, _keyed(24, indexed=True), _grouped,
              note="analytics.grouping.grouped_series: requests, errors, P95, cost per bucket per value, one query"),
-    Scenario("grouping: latency series by user.tier, 7 d", 300, None, lambda s: _window(s, 24 * 7), _grouped),
+    Scenario("grouping: latency series by user.tier, 7 d", 300, None, _keyed(24 * 7, indexed=True), _grouped),
+    Scenario("grouping: latency series by user.tier, 7 d, span scan", None, None, _keyed(24 * 7, indexed=False), _grouped),
 ]

@@ -183,6 +183,15 @@ CELERY_BEAT_SCHEDULE["rollups-update"] = {
     "schedule": TRACEDASH_ROLLUP_SECONDS,
     "options": {"expires": TRACEDASH_ROLLUP_SECONDS * 2},
 }
+# The attribute index (analytics.attribute_index): backfill the keys declared since the last run
+# (a key is declared the first time a chart, the Variants view or a rule groups by it; its reads
+# scan the spans until its backfill is done). Cheap when nothing was declared: one small read.
+TRACEDASH_ATTRIBUTE_INDEX_SECONDS = 10
+CELERY_BEAT_SCHEDULE["attribute-index"] = {
+    "task": "analytics.tasks.index_attributes",
+    "schedule": TRACEDASH_ATTRIBUTE_INDEX_SECONDS,
+    "options": {"expires": TRACEDASH_ATTRIBUTE_INDEX_SECONDS * 6},
+}
 # Per-project retention shorter than TRACEDASH_RETENTION_DAYS (the TTL): daily deletes of older rows
 # (analytics.retention_services). The embedded beat runs it once at start, then daily.
 TRACEDASH_RETENTION_ENFORCE_SECONDS = 86400

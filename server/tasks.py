@@ -14,7 +14,7 @@ from celery import shared_task
 
 from server.leases import run_by_project
 
-from analytics import retention_services, rollup_services, summarizer
+from analytics import attribute_index, retention_services, rollup_services, summarizer
 
 RETENTION_LEASE_SECONDS = 900  # a project's deletes may take a while on a large table
 
@@ -51,3 +51,9 @@ def update_rollups() -> dict:
 def enforce_retention() -> dict:
     return _by_project("retention-enforce", retention_services.retention_enforce, retention_services.RetentionReport(),
                        seconds=RETENTION_LEASE_SECONDS)
+
+
+@shared_task(name="analytics.tasks.index_attributes", ignore_result=True)
+def index_attributes() -> dict:
+    """Backfill the attribute keys declared since the last run (analytics.attribute_index)."""
+    return _by_project("attribute-index", attribute_index.index_backfill, attribute_index.IndexReport())

@@ -158,6 +158,15 @@ _SHORT = f"(k, v) -> v != '' AND length(v) <= {DIM_VALUE_MAX}"
 DIMS_DEFAULT = f"mapUpdate(mapFilter({_SHORT}, resource_attributes), mapFilter({_SHORT}, attributes))"
 DATETIME_MS = "DateTime64(3, 'UTC')"
 
+
+def earliest_order_sql(start: str, value: str) -> str:
+    """The order that finds a trace's earliest span carrying a key (``argMin(value, this)``): its
+    start, ties (two such spans starting on the same nanosecond) broken by a hash of the value, so
+    the pick never depends on read order. One 128-bit number, not a (start, tie) tuple: ~15 % off
+    the assignment's scan over 7 days (tuples compare element by element). Shared by the reads
+    (analytics.grouping) and the attribute index's view (migration 0024)."""
+    return f"bitShiftLeft(toUInt128(toUnixTimestamp64Nano({start})), 64) + cityHash64({value})"
+
 SPANS = Table(
     name="spans",
     columns=(
@@ -579,7 +588,58 @@ RESOURCE_MINUTE = _resource_rollup("resource_minute")
 # 30-day chart reads 720 rows per host/GPU.
 RESOURCE_HOUR = _resource_rollup("resource_hour")
 
+# --- The attribute index (analytics.attribute_index) ------------------------------------------
+# The attribute keys a project groups by (declared on first use: grouping, the Variants view, a
+# grouped latency rule), at most analytics.attribute_index.MAX_KEYS per project. ``ready`` once the
+# spans stored before the declaration were indexed (the backfill); ``removed`` stops the indexing.
+# The latest ``version`` of a (project, key) wins.
+DIM_KEYS = Table(
+    name="dim_keys",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("key", "String"),
+        Column("declared_at", DATETIME_MS),
+        Column("ready", "UInt8"),  # 1: every stored span carrying the key is in span_key_values
+        Column("removed", "UInt8"),
+        Column("version", "UInt64"),  # unix ns of the change
+    ),
+    engine="ReplacingMergeTree(version)",
+    order_by="(project_id, key)",
+    # Cluster: by the whole ReplacingMergeTree key, so a key's versions meet and the latest wins.
+    shard_key="cityHash64(project_id, key)",
+)
+
+# For each declared key, the traces carrying it (on a span, with a non-empty value of at most
+# DIM_VALUE_MAX bytes: the key of ``spans.dims``) and the value of the earliest such span
+# (SPAN_KEY_VALUES_REDUCED: ``start_time`` is that span's), ordered by (project, key, start): the read that
+# assigns a window's traces to the key's values (analytics.grouping.trace_value_sql) reads the
+# window's few rows of one key here, not every span's ``dims`` of the window. Written by the
+# summariser for every trace it summarises (the project's declared keys then) and by a key's
+# backfill for the spans stored before (analytics.attribute_index). A trace is here once per time
+# it was summarised (and per day, for a backfill): the reads take each trace's earliest value.
+SPAN_KEY_VALUES = Table(
+    name="span_key_values",
+    columns=(
+        Column("project_id", "UInt64"),
+        Column("key", "LowCardinality(String)"),
+        Column("start_time", DATETIME_NS, "DoubleDelta, ZSTD(1)"),
+        Column("trace_id", "FixedString(32)"),
+        Column("value", "String", "ZSTD(1)"),
+    ),
+    engine="MergeTree",
+    partition_by="toDate(start_time)",
+    order_by="(project_id, key, start_time)",
+    ttl="toDateTime(start_time) + toIntervalDay({retention_days})",
+    settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+    # Cluster: by trace, as ``spans``: each shard's view indexes that shard's spans.
+    shard_key="cityHash64(trace_id)",
+)
+# How a trace's spans carrying a key (columns ``s``: start, ``val``: value) reduce to its row in
+# ``span_key_values``, grouped by trace: the earliest (earliest_order_sql).
+SPAN_KEY_VALUES_REDUCED = f"min(s) AS start_time, argMin(val, {earliest_order_sql('s', 'val')}) AS value"
+
 TABLES: dict[str, Table] = {t.name: t for t in (SPANS, SPAN_LOGS, RESOURCE_SAMPLES, ENGINE_SAMPLES, SCORES, TRACES, TRACES_BY_START,
                                                    ROLLUP_MINUTE, ROLLUP_HOUR, ROLLUP_DAY, ROLLUP_HOUR_ALL,
                                                    ROLLUP_DAY_ALL, ROLLUP_6H, ROLLUP_6H_ALL, ROLLUP_DIRTY,
-                                                   TASK_WATERMARKS, RESOURCE_MINUTE, RESOURCE_HOUR)}
+                                                   TASK_WATERMARKS, RESOURCE_MINUTE, RESOURCE_HOUR,
+                                                   DIM_KEYS, SPAN_KEY_VALUES)}

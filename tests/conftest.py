@@ -18,6 +18,7 @@ import pytest
 from django.conf import settings
 
 import store
+from analytics import attribute_index
 from store import Store, store_from_settings
 from store.migrator import MigrationContext, migrate
 from store.schema import TABLES
@@ -73,6 +74,7 @@ def _store_for_test(request):
         test_store = request.getfixturevalue("clickhouse_store")
         for table in TABLES:
             test_store.command(f"TRUNCATE TABLE IF EXISTS {table}", tag="tests.truncate")
+        attribute_index.forget_known()
         previous = store.set_store(test_store)
     else:
         previous = store.set_store(Store(_UnmarkedStoreGuard()))

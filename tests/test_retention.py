@@ -15,7 +15,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from config.celery import app
-from analytics import rollup_services, rollups, summarizer
+from analytics import attribute_index, rollup_services, rollups, summarizer
 from analytics.retention_services import RETENTION_COLUMNS, RETENTION_EXEMPT, retention_enforce
 from projects.models import Project
 from store import get_store
@@ -131,6 +131,7 @@ def test_admin_shows_retention(admin_client, project_with_key):
 def _seed(project_id: int, *, days_ago: float, rng: random.Random, now_ns: int) -> str:
     start = now_ns - int(days_ago * DAY_NS)
     spans = random_trace(rng, start_ns=start)
+    spans[0]["attributes"] = {"user.tier": "pro"}  # a declared key: the view indexes the root (span_key_values)
     insert_spans(project_id, spans)
     when = datetime.fromtimestamp(start / NS, tz=timezone.utc)
     insert_samples([sample(project_id, when, mem_pct=50, util=40, temp=60),
@@ -160,6 +161,8 @@ def test_old_rows_go_for_the_short_retention_project_only(client, make_user, pro
     Project.objects.filter(pk=b.pk).update(retention_days=30)
     rng = random.Random(9)
     now_ns = time.time_ns()
+    for p in (a, b):
+        attribute_index.key_declare(project_id=p.pk, key="user.tier")
     ids = {(p.pk, age): _seed(p.pk, days_ago=age, rng=rng, now_ns=now_ns) for p in (a, b) for age in (10, 1)}
     summarizer.traces_summarize(project_ids=[a.pk, b.pk])
     rollup_services.rollups_update(project_ids=[a.pk, b.pk])

@@ -12,6 +12,8 @@ DELETE FROM traces_local ON CLUSTER `tracedash` WHERE project_id = {project_id:U
 
 DELETE FROM traces_by_start_local ON CLUSTER `tracedash` WHERE project_id = {project_id:UInt64} AND start_time < fromUnixTimestamp64Nano({cutoff:Int64}, 'UTC');
 
+DELETE FROM span_key_values_local ON CLUSTER `tracedash` WHERE project_id = {project_id:UInt64} AND start_time < fromUnixTimestamp64Nano({cutoff:Int64}, 'UTC');
+
 DELETE FROM rollup_minute_local ON CLUSTER `tracedash` WHERE project_id = {project_id:UInt64} AND bucket < toDateTime(intDiv({cutoff:Int64}, 1000000000), 'UTC');
 
 DELETE FROM rollup_hour_local ON CLUSTER `tracedash` WHERE project_id = {project_id:UInt64} AND bucket < toDateTime(intDiv({cutoff:Int64}, 1000000000), 'UTC');

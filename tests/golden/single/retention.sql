@@ -12,6 +12,8 @@ DELETE FROM traces WHERE project_id = {project_id:UInt64} AND start_time < fromU
 
 DELETE FROM traces_by_start WHERE project_id = {project_id:UInt64} AND start_time < fromUnixTimestamp64Nano({cutoff:Int64}, 'UTC');
 
+DELETE FROM span_key_values WHERE project_id = {project_id:UInt64} AND start_time < fromUnixTimestamp64Nano({cutoff:Int64}, 'UTC');
+
 DELETE FROM rollup_minute WHERE project_id = {project_id:UInt64} AND bucket < toDateTime(intDiv({cutoff:Int64}, 1000000000), 'UTC');
 
 DELETE FROM rollup_hour WHERE project_id = {project_id:UInt64} AND bucket < toDateTime(intDiv({cutoff:Int64}, 1000000000), 'UTC');

@@ -1,0 +1,218 @@
+"""The attribute index: the keys a project groups by, and which value each trace carries.
+
+Grouping a chart by an attribute, the Variants view and grouped latency rules assign each trace of
+a window to the value of a key: the value on its earliest span carrying the key (analytics.grouping).
+Without an index that read scans every span of the window lying in a granule that holds the key
+(``spans.dims``); over a week of 10 M spans it was most of the query. With one, it reads that
+key's rows of ``span_key_values`` in the window: one per trace.
+
+- **Declared on first use.** ``key_declare`` records a key for a project (``dim_keys``) the first
+  time a grouped chart, the Variants view or a grouped rule asks for it, up to ``MAX_KEYS`` keys
+  per project (the others are read by the scan, with the same results). ``key_remove`` stops
+  indexing a key and deletes its rows.
+- **Indexed by the summariser.** Each run looks up the project's declared keys and, after writing
+  the summaries of a batch of traces, writes each trace's earliest value of each key
+  (``traces_index_sql``), from the same spans. An index row is as fresh as the trace's summary,
+  which the grouped reads join it to anyway. A project that declared no key pays one small read
+  per run that had work.
+- **Backfilled once.** ``index_backfill`` (the beat entry ``attribute-index``, task
+  analytics.tasks.index_attributes) indexes the spans stored before, a day at a time, then marks
+  the key ``ready``. It waits ``BACKFILL_DELAY_SECONDS`` after the declaration, longer than a
+  summariser run and the overlap it re-reads (config.settings), so every span the summariser read
+  without knowing of the key is stored by then and read by the backfill.
+- **Read only when complete.** The assignment (grouping.trace_value_sql) reads the index when the
+  key is ready and not removed, and scans the spans otherwise: one statement decides, so a read
+  never sees a half-built index. A trace indexed twice (summarised again, or summarised while the
+  backfill ran) changes nothing: each trace takes its earliest value.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from store import get_store
+from store.schema import SPAN_KEY_VALUES_REDUCED
+
+log = logging.getLogger("tracedash.attribute_index")
+
+MAX_KEYS = 20  # declared keys per project
+MAX_KEY = 256  # characters of a key (as grouping.MAX_KEY)
+BACKFILL_DELAY_SECONDS = 30.0
+# How long a process trusts that a key it saw declared still is (key_declare is called on every
+# grouped read; a key removed meanwhile is only read by the scan until then, with the same results).
+KNOWN_SECONDS = 60.0
+
+_known: dict[tuple[int, str], float] = {}
+_known_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class IndexedKey:
+    key: str
+    declared_at: datetime
+    ready: bool
+
+
+@dataclass
+class IndexReport:
+    projects: int = 0
+    keys: int = 0  # keys backfilled and marked ready
+    rows: int = 0  # rows the backfills wrote (a trace's spans carrying a key, one row per trace and day)
+    seconds: float = 0.0
+    backfilled: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+def _latest(project_id: int, key: str | None = None) -> list[dict]:
+    where = "AND key = {key:String}" if key is not None else ""
+    return get_store().query(
+        "SELECT key, declared_at, ready, removed, version FROM dim_keys FINAL"
+        f" WHERE project_id = {{project_id:UInt64}} {where} ORDER BY key",
+        {"project_id": int(project_id), "key": key or ""}, tag="analytics.attribute_index.latest").dicts()
+
+
+def _write(project_id: int, key: str, *, declared_at_ns: int, ready: int, removed: int, version: int) -> None:
+    get_store().insert("dim_keys", [{"project_id": int(project_id), "key": key, "declared_at": declared_at_ns,
+                                     "ready": ready, "removed": removed, "version": version}],
+                       tag="analytics.attribute_index.write")
+
+
+def indexed_keys(*, project_id: int) -> list[IndexedKey]:
+    """The project's declared keys (not removed), by key."""
+    return [IndexedKey(r["key"], r["declared_at"].replace(tzinfo=timezone.utc), bool(r["ready"]))
+            for r in _latest(project_id) if not r["removed"]]
+
+
+def key_declare(*, project_id: int, key: str) -> bool:
+    """Index ``key`` for the project from now on (idempotent; cheap when this process saw it
+    declared within ``KNOWN_SECONDS``). False when the project already has ``MAX_KEYS`` keys or the
+    key is not one that groups (empty, too long): its reads keep scanning the spans."""
+    if not key or len(key) > MAX_KEY:
+        return False
+    now = time.monotonic()
+    with _known_lock:
+        if _known.get((project_id, key), 0.0) > now:
+            return True
+    rows = _latest(project_id)
+    active = [r for r in rows if not r["removed"]]
+    if not any(r["key"] == key for r in active):
+        if len(active) >= MAX_KEYS:
+            return False
+        stamp = _now_ns()
+        _write(project_id, key, declared_at_ns=stamp, ready=0, removed=0, version=stamp)
+        log.info("project %s: attribute key %r declared for the index", project_id, key)
+    with _known_lock:
+        _known[(project_id, key)] = now + KNOWN_SECONDS
+    return True
+
+
+def key_remove(*, project_id: int, key: str) -> bool:
+    """Stop indexing ``key`` and delete its rows; reads scan the spans again. False if it was not declared."""
+    rows = [r for r in _latest(project_id, key) if not r["removed"]]
+    if not rows:
+        return False
+    stamp = _now_ns()
+    declared = int(rows[0]["declared_at"].replace(tzinfo=timezone.utc).timestamp() * 1e9)
+    _write(project_id, key, declared_at_ns=declared, ready=0, removed=1, version=stamp)
+    store = get_store()
+    store.command(f"DELETE FROM {store.ddl_target('span_key_values')} WHERE project_id = {{project_id:UInt64}}"
+                  " AND key = {key:String}", {"project_id": int(project_id), "key": key},
+                  tag="analytics.attribute_index.remove")
+    with _known_lock:
+        _known.pop((project_id, key), None)
+    return True
+
+
+def forget_known() -> None:
+    """Drop this process's memory of declared keys (tests; a store that was emptied)."""
+    with _known_lock:
+        _known.clear()
+
+
+_PENDING = """SELECT project_id, key, declared_at, version FROM dim_keys FINAL
+WHERE project_id IN {project_ids:Array(UInt64)} AND ready = 0 AND removed = 0
+  AND declared_at <= now64(3) - toIntervalMillisecond({delay_ms:UInt64})
+ORDER BY project_id, key"""
+
+
+def traces_index_sql(*, trace_filter: str, span_filter: str) -> str:
+    """``INSERT INTO span_key_values … SELECT``: for each trace ``trace_filter`` selects (a condition
+    on ``trace_id``), from its spans ``span_filter`` selects (a bound on ``start_time``), one row
+    per declared key it carries (parameter ``keys``: a JSON array): the value of its earliest span
+    carrying the key. The granules without any of the keys are skipped (the bloom filter on
+    ``dims`` keys, migration 0021). Parameters: ``project_id``, ``keys`` and what the filters name."""
+    return f"""INSERT INTO span_key_values (project_id, key, trace_id, start_time, value)
+SELECT project_id, key, trace_id, {SPAN_KEY_VALUES_REDUCED}
+FROM (SELECT project_id, key, trace_id, start_time AS s, dims[key] AS val
+      FROM spans ARRAY JOIN arrayFilter(k -> has(JSONExtract({{keys:String}}, 'Array(String)'), k), mapKeys(dims)) AS key
+      WHERE project_id = {{project_id:UInt64}} AND ({trace_filter}) AND ({span_filter})
+        AND hasAny(mapKeys(dims), JSONExtract({{keys:String}}, 'Array(String)')))
+GROUP BY project_id, key, trace_id"""
+
+
+def keys_json(keys: list[str]) -> str:
+    return json.dumps(list(keys))
+
+
+def declared_keys(*, project_id: int) -> list[str]:
+    """The keys the summariser indexes for the project: declared and not removed (ready or not)."""
+    return [r["key"] for r in _latest(project_id) if not r["removed"]]
+
+
+# A day of the project's stored spans (a backfill's step: its memory is one day's traces).
+_BACKFILL = traces_index_sql(trace_filter="1", span_filter=(
+    "start_time >= fromUnixTimestamp64Nano({day_ns:Int64}) AND start_time < fromUnixTimestamp64Nano({day_ns:Int64} + 86400000000000)"))
+_DAYS = """SELECT toUInt32(toDate(min(start_time))) AS first, toUInt32(toDate(max(start_time))) AS last, count() AS n
+FROM spans WHERE project_id = {project_id:UInt64}"""  # days since 1970-01-01
+
+
+def _backfill(params: dict) -> None:
+    """Index one key (``params``: project_id, key) over every stored span, a day at a time."""
+    store = get_store()
+    params = {**params, "keys": keys_json([params["key"]])}
+    first, last, n = store.query(_DAYS, params, tag="analytics.attribute_index.days").rows[0]
+    if not n:
+        return
+    for day in range(int(first), int(last) + 1):
+        store.command(_BACKFILL, {**params, "day_ns": day * 86400 * 1_000_000_000},
+                      tag="analytics.attribute_index.backfill")
+
+
+def index_backfill(*, project_ids: list[int], delay_seconds: float = BACKFILL_DELAY_SECONDS) -> IndexReport:
+    """Backfill each key declared at least ``delay_seconds`` ago and not yet ready, then mark it
+    ready. The mark's version is the declaration's + 1, so a removal made meanwhile (a later
+    version) still wins. A run that stopped half-way runs again (copies are harmless)."""
+    report = IndexReport()
+    if not project_ids:
+        return report
+    started = time.perf_counter()
+    store = get_store()
+    pending = store.query(_PENDING, {"project_ids": [int(p) for p in project_ids],
+                                     "delay_ms": int(delay_seconds * 1000)},
+                          tag="analytics.attribute_index.pending").dicts()
+    report.projects = len({r["project_id"] for r in pending})
+    for r in pending:
+        params = {"project_id": int(r["project_id"]), "key": r["key"]}
+        before = _rows(params)
+        _backfill(params)
+        report.rows += _rows(params) - before
+        declared = int(r["declared_at"].replace(tzinfo=timezone.utc).timestamp() * 1e9)
+        _write(r["project_id"], r["key"], declared_at_ns=declared, ready=1, removed=0, version=int(r["version"]) + 1)
+        report.keys += 1
+        report.backfilled.append((int(r["project_id"]), r["key"]))
+        log.info("project %s: attribute key %r indexed", r["project_id"], r["key"])
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _rows(params: dict) -> int:
+    return int(get_store().query("SELECT count() FROM span_key_values WHERE project_id = {project_id:UInt64}"
+                                 " AND key = {key:String}", params, tag="analytics.attribute_index.count").scalar())
