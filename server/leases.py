@@ -14,7 +14,8 @@ Claiming is one atomic step on both databases:
   in one transaction: two workers never wait for each other nor pick the same row;
 - SQLite: one conditional ``UPDATE … WHERE name IN (SELECT … LIMIT n) AND <free>``: SQLite runs
   one writer at a time, so the statement sees no concurrent change. A claim that meets the
-  database locked by another writer for longer than its busy timeout claims nothing (the run does
+  database locked by another writer for longer than its busy timeout gives back what it may have
+  taken and tries again (``CLAIM_ATTEMPTS``); after the last try it claims nothing (the run does
   nothing this time; the next run tries again).
 
 The holder name is unique per run (host, pid, thread, random suffix), so a run reads back exactly
@@ -42,6 +43,10 @@ log = logging.getLogger("tracedash.leases")
 
 BATCH = 8  # projects claimed at a time: small, so concurrent runs interleave and share the work
 LEASE_SECONDS = 120  # a claim not released (crashed holder) is free again after this
+# A claim that meets SQLite's lock tries again this many times, this far apart, before the run
+# gives up for this time: the runs that found the same projects held meanwhile have stopped.
+CLAIM_ATTEMPTS = 20
+CLAIM_PAUSE_SECONDS = 0.05
 
 
 def new_holder() -> str:
@@ -81,30 +86,36 @@ def leases_claim(*, job: str, project_ids: Iterable[int], holder: str, limit: in
         return []
     Lease = _model()
     names = list(by_name)
-    now = timezone.now()
-    until = now + timedelta(seconds=seconds)
-    try:
-        _ensure_rows(names)
-        if connection.features.has_select_for_update_skip_locked:
-            with transaction.atomic():
-                free = list(Lease.objects.select_for_update(skip_locked=True).filter(name__in=names).filter(_free(now))
-                            .order_by(F("last_round_at").asc(nulls_first=True), "name")
-                            .values_list("name", flat=True)[:limit])
-                if free:
-                    Lease.objects.filter(name__in=free).update(holder=holder, expires_at=until)
-        else:
-            pick = (Lease.objects.filter(name__in=names).filter(_free(now))
-                    .order_by(F("last_round_at").asc(nulls_first=True), "name").values("name")[:limit])
-            Lease.objects.filter(name__in=pick).filter(_free(now)).update(holder=holder, expires_at=until)
-        taken = list(Lease.objects.filter(name__in=names, holder=holder, expires_at=until).values_list("name", flat=True))
-    except OperationalError as exc:
-        if "locked" not in str(exc):  # SQLite busy past its timeout: nothing claimed this time
-            raise
-        log.info("%s: leases busy (%s); nothing claimed", job, exc)
-        # The UPDATE may have gone through before the read-back failed: give back what it took.
-        retry_locked(lambda: Lease.objects.filter(name__in=names, holder=holder).update(expires_at=now))
-        return []
-    return sorted(by_name[name] for name in taken)
+    for attempt in range(CLAIM_ATTEMPTS):
+        now = timezone.now()
+        until = now + timedelta(seconds=seconds)
+        try:
+            _ensure_rows(names)
+            if connection.features.has_select_for_update_skip_locked:
+                with transaction.atomic():
+                    free = list(Lease.objects.select_for_update(skip_locked=True).filter(name__in=names).filter(_free(now))
+                                .order_by(F("last_round_at").asc(nulls_first=True), "name")
+                                .values_list("name", flat=True)[:limit])
+                    if free:
+                        Lease.objects.filter(name__in=free).update(holder=holder, expires_at=until)
+            else:
+                pick = (Lease.objects.filter(name__in=names).filter(_free(now))
+                        .order_by(F("last_round_at").asc(nulls_first=True), "name").values("name")[:limit])
+                Lease.objects.filter(name__in=pick).filter(_free(now)).update(holder=holder, expires_at=until)
+            taken = list(Lease.objects.filter(name__in=names, holder=holder, expires_at=until).values_list("name", flat=True))
+        except OperationalError as exc:
+            if "locked" not in str(exc):  # SQLite busy past its timeout, or a shared-cache table lock
+                raise
+            # The UPDATE may have gone through before the read-back failed: give back what it took
+            # (another run that found these held meanwhile may have stopped, trusting this one).
+            retry_locked(lambda: Lease.objects.filter(name__in=names, holder=holder).update(expires_at=now))
+            if attempt == CLAIM_ATTEMPTS - 1:
+                log.info("%s: leases busy (%s); nothing claimed", job, exc)
+                return []
+            time.sleep(CLAIM_PAUSE_SECONDS)
+            continue
+        return sorted(by_name[name] for name in taken)
+    return []
 
 
 def leases_release(*, job: str, project_ids: Iterable[int], holder: str, round_ms: float | None = None,

@@ -112,3 +112,33 @@ def test_the_summarize_task_leaves_a_held_project_to_its_holder(projects):
     assert report["projects"] == len(projects) - 1
     assert EvaluationLease.objects.get(name=lease_name("traces-summarize", projects[0])).holder == "another-worker"
     assert EvaluationLease.objects.get(name=lease_name("traces-summarize", projects[1])).rounds == 1
+
+
+def test_a_claim_that_meets_a_lock_gives_back_and_tries_again(projects, monkeypatch):
+    """SQLite answers "database table is locked" to a read that meets another thread's write (the
+    read-back after the UPDATE, say): the claim gives back what it may have taken and tries again,
+    instead of leaving the projects to runs that already stopped because it held them."""
+    from django.db import OperationalError
+
+    from server import leases
+
+    real = leases._ensure_rows
+    calls = []
+
+    def locked_once(names):
+        calls.append(1)
+        if len(calls) == 2:  # the first claim went through; its retry meets the lock
+            raise OperationalError("database table is locked: alerts_evaluationlease")
+        return real(names)
+
+    monkeypatch.setattr(leases, "CLAIM_PAUSE_SECONDS", 0.0)
+    monkeypatch.setattr(leases, "_ensure_rows", locked_once)
+    assert leases_claim(job=JOB, project_ids=projects[:2], holder="a") == sorted(projects[:2])
+    leases_release(job=JOB, project_ids=projects[:2], holder="a")
+    assert leases_claim(job=JOB, project_ids=projects[:2], holder="b") == sorted(projects[:2])
+    assert len(calls) == 3
+    monkeypatch.setattr(leases, "CLAIM_ATTEMPTS", 1)
+    calls.clear()
+    calls.append(1)  # the next call is the second: locked, and no try is left
+    assert leases_claim(job=JOB, project_ids=projects[2:], holder="c") == []
+    assert leases_claim(job=JOB, project_ids=projects[2:], holder="d") == sorted(projects[2:])  # nothing kept
