@@ -77,10 +77,11 @@ class GroupedSeries:
 # The rule of the module docstring, shared with the Variants view (analytics.variants) and the
 # grouped alert rules (alerts.latency): a span's value of the key ('' = it carries none), and the
 # query giving each trace carrying the key its value ``v`` (its earliest such span): one row per
-# trace, from one scan of the spans in the window's range widened for clock skew and late spans.
-# Both read ``spans.dims`` (the span's short values, span attribute over resource attribute, filled
-# at insert), never the attribute maps with their prompts; a value over
-# store.schema.DIM_VALUE_MAX bytes does not group.
+# trace, from the attribute index when the key is indexed (analytics.attribute_index), else from
+# one scan of the spans in the window's range widened for clock skew and late spans. Both come
+# from ``spans.dims`` (the span's short values, span attribute over resource attribute, filled at
+# insert), never the attribute maps with their prompts; a value over store.schema.DIM_VALUE_MAX
+# bytes does not group.
 SPAN_VALUE_SQL = "dims[{attr_key:String}]"
 
 

@@ -42,7 +42,7 @@ _WINDOW_TRACE_IDS = window_requests_sql("trace_id")
 
 def _assigned() -> str:
     """trace_id -> its variant (the value on its earliest span carrying the key; an empty value is
-    no value): the grouped series' assignment (analytics.grouping), one scan of the spans."""
+    no value): the grouped series' assignment (analytics.grouping): the attribute index, or a scan of the spans."""
     return f"SELECT trace_id, v AS variant FROM ({trace_value_sql()})"
 
 
