@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from store import get_store
+from store.errors import StoreError
 from store.schema import SPAN_KEY_VALUES_REDUCED
 
 log = logging.getLogger("tracedash.attribute_index")
@@ -93,22 +94,26 @@ def indexed_keys(*, project_id: int) -> list[IndexedKey]:
 
 def key_declare(*, project_id: int, key: str) -> bool:
     """Index ``key`` for the project from now on (idempotent; cheap when this process saw it
-    declared within ``KNOWN_SECONDS``). False when the project already has ``MAX_KEYS`` keys or the
-    key is not one that groups (empty, too long): its reads keep scanning the spans."""
+    declared within ``KNOWN_SECONDS``). False when the project already has ``MAX_KEYS`` keys, the
+    key is not one that groups (empty, too long) or the store refused the declaration (a read-only
+    user, say: logged): its reads keep scanning the spans."""
     if not key or len(key) > MAX_KEY:
         return False
     now = time.monotonic()
     with _known_lock:
         if _known.get((project_id, key), 0.0) > now:
             return True
-    rows = _latest(project_id)
-    active = [r for r in rows if not r["removed"]]
-    if not any(r["key"] == key for r in active):
-        if len(active) >= MAX_KEYS:
-            return False
-        stamp = _now_ns()
-        _write(project_id, key, declared_at_ns=stamp, ready=0, removed=0, version=stamp)
-        log.info("project %s: attribute key %r declared for the index", project_id, key)
+    try:
+        active = [r for r in _latest(project_id) if not r["removed"]]
+        if not any(r["key"] == key for r in active):
+            if len(active) >= MAX_KEYS:
+                return False
+            stamp = _now_ns()
+            _write(project_id, key, declared_at_ns=stamp, ready=0, removed=0, version=stamp)
+            log.info("project %s: attribute key %r declared for the index", project_id, key)
+    except StoreError as exc:  # the read that asked goes on by the scan; the next one declares
+        log.warning("project %s: attribute key %r not declared: %s", project_id, key, exc)
+        return False
     with _known_lock:
         _known[(project_id, key)] = now + KNOWN_SECONDS
     return True

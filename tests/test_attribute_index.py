@@ -211,3 +211,20 @@ def test_the_management_command_lists_adds_backfills_and_removes(seeded):
         run("--remove", KEY)
     with pytest.raises(CommandError, match="1 to 256 characters"):
         run("--add", "x" * 300)
+
+
+def test_a_declaration_the_store_refuses_leaves_the_read_to_the_scan(seeded, monkeypatch):
+    from store.errors import StoreError
+
+    store = get_store()
+    real = store.insert
+
+    def refuse(table, rows, **kwargs):
+        if table == "dim_keys":
+            raise StoreError("Code: 497. DB::Exception: readonly user", tag="tests")
+        return real(table, rows, **kwargs)
+
+    monkeypatch.setattr(store, "insert", refuse)
+    start, end = _window(seeded["start"], seeded["end"])
+    series = grouping.grouped_series(project_id=seeded["project"], start=start, end=end, key=KEY)
+    assert sum(g.requests for g in series.groups) == 60 and attribute_index.indexed_keys(project_id=seeded["project"]) == []
