@@ -4,14 +4,15 @@ Grouping a chart by an attribute, the Variants view and grouped latency rules as
 a window to the value of a key: the value on its earliest span carrying the key (analytics.grouping).
 Without an index that read scans every span of the window lying in a granule that holds the key
 (``spans.dims``); over a week of 10 M spans it was most of the query. With one, it reads that
-key's rows of ``span_key_values`` in the window: one per trace.
+key's rows of ``span_key_values`` in the window: one per trace and value.
 
 - **Declared on first use.** ``key_declare`` records a key for a project (``dim_keys``) the first
   time a grouped chart, the Variants view or a grouped rule asks for it, up to ``MAX_KEYS`` keys
   per project (the others are read by the scan, with the same results). ``key_remove`` stops
   indexing a key and deletes its rows.
 - **Indexed by the summariser.** Each run looks up the project's declared keys and, after writing
-  the summaries of a batch of traces, writes each trace's earliest value of each key
+  the summaries of a batch of traces, writes each value of each key a trace carries, with the
+  start of the first span carrying it
   (``traces_index_sql``), from the same spans. An index row is as fresh as the trace's summary,
   which the grouped reads join it to anyway. A project that declared no key pays one small read
   per run that had work.
@@ -23,7 +24,7 @@ key's rows of ``span_key_values`` in the window: one per trace.
 - **Read only when complete.** The assignment (grouping.trace_value_sql) reads the index when the
   key is ready and not removed, and scans the spans otherwise: one statement decides, so a read
   never sees a half-built index. A trace indexed twice (summarised again, or summarised while the
-  backfill ran) changes nothing: each trace takes its earliest value.
+  backfill ran) changes nothing: each trace takes the value that starts first.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from datetime import datetime, timezone
 
 from store import get_store
 from store.errors import StoreError
-from store.schema import SPAN_KEY_VALUES_REDUCED
 
 log = logging.getLogger("tracedash.attribute_index")
 
@@ -63,7 +63,7 @@ class IndexedKey:
 class IndexReport:
     projects: int = 0
     keys: int = 0  # keys backfilled and marked ready
-    rows: int = 0  # rows the backfills wrote (a trace's spans carrying a key, one row per trace and day)
+    rows: int = 0  # rows the backfills wrote (one per trace, value and day)
     seconds: float = 0.0
     backfilled: list[tuple[int, str]] = field(default_factory=list)
 
@@ -151,16 +151,16 @@ ORDER BY project_id, key"""
 def traces_index_sql(*, trace_filter: str, span_filter: str) -> str:
     """``INSERT INTO span_key_values … SELECT``: for each trace ``trace_filter`` selects (a condition
     on ``trace_id``), from its spans ``span_filter`` selects (a bound on ``start_time``), one row
-    per declared key it carries (parameter ``keys``: a JSON array): the value of its earliest span
-    carrying the key. The granules without any of the keys are skipped (the bloom filter on
-    ``dims`` keys, migration 0021). Parameters: ``project_id``, ``keys`` and what the filters name."""
-    return f"""INSERT INTO span_key_values (project_id, key, trace_id, start_time, value)
-SELECT project_id, key, trace_id, {SPAN_KEY_VALUES_REDUCED}
-FROM (SELECT project_id, key, trace_id, start_time AS s, dims[key] AS val
-      FROM spans ARRAY JOIN arrayFilter(k -> has(JSONExtract({{keys:String}}, 'Array(String)'), k), mapKeys(dims)) AS key
-      WHERE project_id = {{project_id:UInt64}} AND ({trace_filter}) AND ({span_filter})
-        AND hasAny(mapKeys(dims), JSONExtract({{keys:String}}, 'Array(String)')))
-GROUP BY project_id, key, trace_id"""
+    per declared key and value it carries (parameter ``keys``: a JSON array) with the start of its
+    first span carrying that value. The granules without any of the keys are skipped (the bloom
+    filter on ``dims`` keys, migration 0021). Parameters: ``project_id``, ``keys`` and what the
+    filters name."""
+    return f"""INSERT INTO span_key_values (project_id, key, trace_id, value, start_time)
+SELECT project_id, key, trace_id, dims[key] AS value, min(start_time)
+FROM spans ARRAY JOIN arrayFilter(k -> has(JSONExtract({{keys:String}}, 'Array(String)'), k), mapKeys(dims)) AS key
+WHERE project_id = {{project_id:UInt64}} AND ({trace_filter}) AND ({span_filter})
+  AND hasAny(mapKeys(dims), JSONExtract({{keys:String}}, 'Array(String)'))
+GROUP BY project_id, key, trace_id, value"""
 
 
 def keys_json(keys: list[str]) -> str:

@@ -26,7 +26,7 @@ from store import get_store
 
 from . import attribute_index
 from . import significance as sig
-from .grouping import SPAN_VALUE_SQL, attribute_keys, earliest_key_sql, trace_value_sql
+from .grouping import attribute_keys, trace_value_sql
 from .panel_selectors import _params, reads_concurrently, window_requests_sql
 
 DEFAULT_KEY = "llm.quantization"
@@ -139,28 +139,37 @@ _GPU_SAMPLES = """SELECT host, toStartOfMinute(time) AS minute, toNullable(toFlo
                 AND time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)"""
 
 
+HOST_KEY = "host.name"  # the attribute naming the host a span ran on (= resource_samples.host)
+
+
+def _host_minutes_sql() -> str:
+    """(trace_id, host, minute): each host a trace ran on (``host.name`` of its spans, a span
+    attribute or else a resource attribute, as for any key) and the minute its first span there
+    started; from the attribute index once ``host.name`` is indexed, else from the spans (two
+    guarded branches, as grouping.trace_value_sql). Nothing is read when the window holds no GPU
+    sample (nothing to join to)."""
+    bounds = ("start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)"
+              " AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)")
+    indexed = ("(SELECT count() FROM dim_keys FINAL WHERE project_id = {project_id:UInt64}"
+               f" AND key = '{HOST_KEY}' AND ready = 1 AND removed = 0)")
+    any_gpu = f"(SELECT count() FROM ({_GPU_SAMPLES})) > 0"
+    return f"""SELECT trace_id, value AS host, toStartOfMinute(min(start_time)) AS minute FROM span_key_values
+        WHERE project_id = {{project_id:UInt64}} AND key = '{HOST_KEY}' AND {bounds} AND {indexed} > 0 AND {any_gpu}
+        GROUP BY trace_id, host
+        UNION ALL
+        SELECT trace_id, dims['{HOST_KEY}'] AS host, toStartOfMinute(min(start_time)) AS minute FROM spans
+        WHERE project_id = {{project_id:UInt64}} AND {bounds} AND mapContains(dims, '{HOST_KEY}') AND {indexed} = 0 AND {any_gpu}
+        GROUP BY trace_id, host"""
+
+
 def _gpu_read(params: dict) -> dict[str, dict]:
-    """The GPU samples of the hosts that served each variant (``host.name`` of the variant's spans, a
-    span attribute or else a resource attribute, as for any key; = ``resource_samples.host``), in
-    the minutes those spans started."""
-    values = _values(params["n_values"])
-    # One scan of the window's spans gives each request both its variant (the rule of _assigned, as
-    # argMinIf over the spans carrying the key) and the (host, minute) pairs of all its spans; none
-    # is read when the window holds no GPU sample (nothing to join to).
+    """The GPU samples of the hosts that served each variant's requests, in the minutes those
+    requests first ran there (``_host_minutes_sql``)."""
     sql = f"""WITH served AS (
-            SELECT DISTINCT a.variant AS variant, hm.1 AS host, hm.2 AS minute
-            FROM ({_WINDOW_TRACE_IDS}) AS t
-            INNER JOIN (
-                SELECT trace_id, argMinIf({SPAN_VALUE_SQL}, {earliest_key_sql(SPAN_VALUE_SQL)}, mapContains(dims, {{attr_key:String}})) AS variant,
-                       groupUniqArrayIf((dims['host.name'], toStartOfMinute(start_time)), mapContains(dims, 'host.name')) AS hms
-                FROM spans WHERE project_id = {{project_id:UInt64}}
-                        AND start_time >= fromUnixTimestamp64Milli({{start_ms:Int64}}) - toIntervalMinute(5)
-                        AND start_time < fromUnixTimestamp64Milli({{end_ms:Int64}}) + toIntervalHour(1)
-                        AND trace_id IN ({_WINDOW_TRACE_IDS})
-                        AND (SELECT count() FROM ({_GPU_SAMPLES})) > 0
-                GROUP BY trace_id
-                HAVING countIf(mapContains(dims, {{attr_key:String}})) > 0 AND variant IN ({values})) AS a ON t.trace_id = a.trace_id
-            ARRAY JOIN a.hms AS hm)
+            SELECT DISTINCT a.variant AS variant, h.host AS host, h.minute AS minute
+            FROM ({_host_minutes_sql()}) AS h
+            INNER JOIN ({_assigned()}) AS a ON h.trace_id = a.trace_id
+            WHERE a.variant IN ({_values(params["n_values"])}) AND h.trace_id IN ({_WINDOW_TRACE_IDS}))
         SELECT served.variant AS variant, groupUniqArray(20)(served.host) AS hosts,
                count(r.util) AS util_n, avg(r.util) AS util_mean, varSamp(r.util) AS util_var,
                count(r.mem_pct) AS mem_n, avg(r.mem_pct) AS mem_mean, varSamp(r.mem_pct) AS mem_var
@@ -241,6 +250,8 @@ def variants_compare(*, project_id: int, start: datetime, end: datetime, key: st
     params = _p(project_id, start, end, service, model, key, values)
     r = reads_concurrently(figures=lambda: _figures_read(params), gpu=lambda: _gpu_read(params))
     (fig_rows, score_rows), gpu_rows = r["figures"], r["gpu"]
+    if gpu_rows:  # the project has GPU samples and its spans name their hosts: index the hosts too
+        attribute_index.key_declare(project_id=project_id, key=HOST_KEY)
     empty = {"requests": 0, "errors": 0, "output_total": 0, "cost_total": 0.0, "cost_var": 0.0, "e2e_q": [0, 0, 0],
              "ttft_n": 0, "ttft_p95": 0, "tpot_n": 0, "tpot_p95": 0, "e2e_sample": [], "ttft_sample": [], "tpot_sample": []}
     rows = [fig_rows.get(v, empty) for v in values]

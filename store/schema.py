@@ -159,14 +159,6 @@ DIMS_DEFAULT = f"mapUpdate(mapFilter({_SHORT}, resource_attributes), mapFilter({
 DATETIME_MS = "DateTime64(3, 'UTC')"
 
 
-def earliest_order_sql(start: str, value: str) -> str:
-    """The order that finds a trace's earliest span carrying a key (``argMin(value, this)``): its
-    start, ties (two such spans starting on the same nanosecond) broken by a hash of the value, so
-    the pick never depends on read order. One 128-bit number, not a (start, tie) tuple: ~15 % off
-    the assignment's scan over 7 days (tuples compare element by element). Shared by the reads
-    (analytics.grouping) and the attribute index's view (migration 0024)."""
-    return f"bitShiftLeft(toUInt128(toUnixTimestamp64Nano({start})), 64) + cityHash64({value})"
-
 SPANS = Table(
     name="spans",
     columns=(
@@ -610,13 +602,14 @@ DIM_KEYS = Table(
 )
 
 # For each declared key, the traces carrying it (on a span, with a non-empty value of at most
-# DIM_VALUE_MAX bytes: the key of ``spans.dims``) and the value of the earliest such span
-# (SPAN_KEY_VALUES_REDUCED: ``start_time`` is that span's), ordered by (project, key, start): the read that
-# assigns a window's traces to the key's values (analytics.grouping.trace_value_sql) reads the
-# window's few rows of one key here, not every span's ``dims`` of the window. Written by the
+# DIM_VALUE_MAX bytes: the key of ``spans.dims``): a row per (trace, value) with the start of the
+# trace's first span carrying that value, ordered by (project, key, start). The read that assigns a
+# window's traces to the key's values (analytics.grouping.trace_value_sql: the value of the
+# earliest span) reads the window's rows of one key here, not every span's ``dims`` of the window;
+# the Variants view finds the hosts (``host.name``) a trace ran on here too. Written by the
 # summariser for every trace it summarises (the project's declared keys then) and by a key's
-# backfill for the spans stored before (analytics.attribute_index). A trace is here once per time
-# it was summarised (and per day, for a backfill): the reads take each trace's earliest value.
+# backfill for the spans stored before (analytics.attribute_index). A trace's value is here once
+# per time the trace was summarised (and per day, for a backfill): reads take the earliest start.
 SPAN_KEY_VALUES = Table(
     name="span_key_values",
     columns=(
@@ -634,9 +627,6 @@ SPAN_KEY_VALUES = Table(
     # Cluster: by trace, as ``spans``: each shard's view indexes that shard's spans.
     shard_key="cityHash64(trace_id)",
 )
-# How a trace's spans carrying a key (columns ``s``: start, ``val``: value) reduce to its row in
-# ``span_key_values``, grouped by trace: the earliest (earliest_order_sql).
-SPAN_KEY_VALUES_REDUCED = f"min(s) AS start_time, argMin(val, {earliest_order_sql('s', 'val')}) AS value"
 
 TABLES: dict[str, Table] = {t.name: t for t in (SPANS, SPAN_LOGS, RESOURCE_SAMPLES, ENGINE_SAMPLES, SCORES, TRACES, TRACES_BY_START,
                                                    ROLLUP_MINUTE, ROLLUP_HOUR, ROLLUP_DAY, ROLLUP_HOUR_ALL,

@@ -86,14 +86,14 @@ def test_the_index_assigns_every_trace_as_the_span_scan_does(seeded):
     fresh = _traces(rng, start, end, 20)
     insert_spans(p, fresh)
     summarizer.traces_summarize(project_ids=[p])
-    assert _indexed_rows(p) == 12  # one row per trace carrying the key, however many of its spans do
+    assert _indexed_rows(p) == 20  # a row per trace and value: 3 traces of every 5 carry one or two
     insert_spans(p, fresh)
     some = next(t for t, v in scanned.items() if v == "pro")
     insert_spans(p, [{"trace_id": some, "span_id": "%016x" % 7, "parent_span_id": "%016x" % 8, "name": "late",
                       "service": "chat-api", "start_time": start - 60 * NS, "duration_ms": 1.0,
                       "attributes": {KEY: "enterprise"}}])
     summarizer.traces_summarize(project_ids=[p])
-    assert _indexed_rows(p) == 12 + 12 + 1  # summarised again: indexed again
+    assert _indexed_rows(p) == 20 + 20 + 3  # summarised again: indexed again (the late span's trace: 3 values)
     scanned_now = _assignment(p, start, end)  # not ready: still the scan
     assert scanned_now[some] == "enterprise" and len(scanned_now) == 48
     assert attribute_index.index_backfill(project_ids=[p], delay_seconds=0).keys == 1
@@ -131,7 +131,7 @@ def test_the_backfill_waits_for_inserts_that_began_before_the_declaration(seeded
     report = attribute_index.index_backfill(project_ids=[p], delay_seconds=30)
     assert report.keys == 0 and not attribute_index.indexed_keys(project_id=p)[0].ready
     report = attribute_index.index_backfill(project_ids=[p], delay_seconds=0)
-    assert report.keys == 1 and report.rows == 36  # one row per trace carrying a non-empty value
+    assert report.keys == 1 and report.rows == 60  # a row per trace and non-empty value
     assert attribute_index.index_backfill(project_ids=[p], delay_seconds=0).keys == 0  # done once
 
 
@@ -205,7 +205,7 @@ def test_the_management_command_lists_adds_backfills_and_removes(seeded):
     assert "0 of 20 keys indexed" in run()
     assert "backfilling" in run("--add", KEY)
     text = run("--backfill")
-    assert "backfilled 1 key(s): 36 rows" in text and f"  {KEY}\tready" in text
+    assert "backfilled 1 key(s): 60 rows" in text and f"  {KEY}\tready" in text
     assert "0 of 20 keys indexed" in run("--remove", KEY)
     with pytest.raises(CommandError, match="not indexed"):
         run("--remove", KEY)

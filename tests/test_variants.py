@@ -188,3 +188,21 @@ def test_a_trace_carrying_two_values_counts_once_under_its_earliest_spans(client
     client.force_login(user)
     body = client.get(f"/variants.json?{window(start)}&value=fp16&value=int8").json()
     assert figures(body)["Requests"]["values"] == [11, 10]
+
+
+def test_the_attribute_index_gives_the_same_figures_and_hosts_as_the_span_scan(client, two_variants):
+    """The first read scans the spans and declares the key (and, having found GPU samples,
+    ``host.name``); once both are backfilled the same read comes from the attribute index."""
+    from analytics import attribute_index
+
+    user, project, start = two_variants
+    client.force_login(user)
+    scanned = client.get(f"/variants.json?{window(start)}").json()
+    keys = attribute_index.indexed_keys(project_id=project.pk)
+    assert sorted(k.key for k in keys) == ["host.name", "llm.quantization"] and not any(k.ready for k in keys)
+    attribute_index.index_backfill(project_ids=[project.pk], delay_seconds=0)
+    assert all(k.ready for k in attribute_index.indexed_keys(project_id=project.pk))
+    indexed = client.get(f"/variants.json?{window(start)}").json()
+    assert indexed["hosts"] == scanned["hosts"] == {"fp16": ["gpu-fp16"], "int8": ["gpu-int8"]}
+    assert {m: f["values"] for m, f in figures(indexed).items()} == {m: f["values"] for m, f in figures(scanned).items()}
+    assert figures(indexed)["GPU memory"]["values"][1] == pytest.approx(40.5, abs=1)
