@@ -152,19 +152,29 @@ def _host_minutes_sql() -> str:
               " AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)")
     indexed = ("(SELECT count() FROM dim_keys FINAL WHERE project_id = {project_id:UInt64}"
                f" AND key = '{HOST_KEY}' AND ready = 1 AND removed = 0)")
+    # Only the hosts that have GPU samples in the window can match (the serving hosts, a few among
+    # every gateway and worker the spans name).
     any_gpu = f"(SELECT count() FROM ({_GPU_SAMPLES})) > 0"
+    gpu_hosts = f"(SELECT DISTINCT host FROM ({_GPU_SAMPLES}))"
     return f"""SELECT trace_id, value AS host, toStartOfMinute(min(start_time)) AS minute FROM span_key_values
         WHERE project_id = {{project_id:UInt64}} AND key = '{HOST_KEY}' AND {bounds} AND {indexed} > 0 AND {any_gpu}
+          AND value IN {gpu_hosts}
         GROUP BY trace_id, host
         UNION ALL
         SELECT trace_id, dims['{HOST_KEY}'] AS host, toStartOfMinute(min(start_time)) AS minute FROM spans
         WHERE project_id = {{project_id:UInt64}} AND {bounds} AND mapContains(dims, '{HOST_KEY}') AND {indexed} = 0 AND {any_gpu}
+          AND dims['{HOST_KEY}'] IN {gpu_hosts}
         GROUP BY trace_id, host"""
 
 
 def _gpu_read(params: dict) -> dict[str, dict]:
     """The GPU samples of the hosts that served each variant's requests, in the minutes those
-    requests first ran there (``_host_minutes_sql``)."""
+    requests first ran there (``_host_minutes_sql``). Nothing more is read when the window holds no
+    GPU sample (a first small read says so: the assignment and the window's ids would otherwise be
+    computed beside the figures read's own for nothing)."""
+    store = get_store()
+    if not int(store.query(f"SELECT count() FROM ({_GPU_SAMPLES})", params, tag="analytics.variants.gpu_any").scalar()):
+        return {}
     sql = f"""WITH served AS (
             SELECT DISTINCT a.variant AS variant, h.host AS host, h.minute AS minute
             FROM ({_host_minutes_sql()}) AS h
@@ -176,7 +186,7 @@ def _gpu_read(params: dict) -> dict[str, dict]:
         FROM ({_GPU_SAMPLES}) AS r
         INNER JOIN served ON r.host = served.host AND r.minute = served.minute
         GROUP BY variant"""
-    return {r["variant"]: r for r in get_store().query(sql, params, tag="analytics.variants.gpu").dicts()}
+    return {r["variant"]: r for r in store.query(sql, params, tag="analytics.variants.gpu").dicts()}
 
 
 @dataclass(frozen=True)

@@ -68,28 +68,45 @@ def _window(store, hours: float) -> dict:
     return {"end": data["hi"], "start": data["hi"] - int(hours * 3600 * NS)}
 
 
-def _keyed(hours: float, *, indexed: bool):
-    """The window, with ``user.tier`` read from the attribute index (``indexed``: backfilled once,
-    then marked ready) or by the span scan (the key marked not ready: what a key gets before its
-    backfill, or beyond a project's MAX_KEYS). Each scenario pair runs the same reads both ways."""
+GPU_HOSTS = 4  # the generator's llm-proxy-0..3 (its host.name: ``<service>-<n>``)
+
+
+def _keyed(hours: float, *, indexed: bool, gpu: bool = False):
+    """The window, with the attribute keys read from the attribute index (``indexed``: each
+    backfilled once, then marked ready) or by the span scan (marked not ready: what a key gets
+    before its backfill, or beyond a project's MAX_KEYS). Each scenario pair runs the same reads
+    both ways. ``gpu``: the window holds a GPU sample a minute for each model-serving host
+    (``llm-proxy-0..3``), so the Variants view's GPU read runs (with ``host.name`` indexed or
+    scanned as the variant key); without it, those samples are removed (the loaded data has none)."""
 
     def setup(store) -> dict:
         from analytics import attribute_index
 
         state = _window(store, hours)
-        params = {"project_id": PROJECT_ID, "key": "user.tier"}
-        if indexed and not _built.get("indexed"):
-            store.command("DELETE FROM span_key_values WHERE project_id = {project_id:UInt64} AND key = {key:String}",
-                          params, tag="bench.panels.index")
-            started = time.monotonic()
-            attribute_index._backfill(params)  # what index_backfill runs, without the declaration's wait
-            store.command("OPTIMIZE TABLE span_key_values FINAL", tag="bench.panels.index")
-            rows = attribute_index._rows(params)
-            _built["indexed"] = True
-            print(f"attribute index: user.tier backfilled, {rows:,} traces in {time.monotonic() - started:.1f} s")
-        stamp = time.time_ns()
-        store.insert("dim_keys", [{**params, "declared_at": stamp, "ready": int(indexed), "removed": 0, "version": stamp}],
-                     tag="bench.panels.index")
+        store.command("DELETE FROM resource_samples WHERE project_id = {p:UInt64} AND host LIKE 'llm-proxy-%'",
+                      {"p": PROJECT_ID}, tag="bench.panels.gpu")
+        if gpu:
+            minutes = int(hours * 60) + 70  # the window, widened as the reads widen it
+            store.command(
+                "INSERT INTO resource_samples (project_id, time, host, gpu_index, gpu_utilization, gpu_memory_used,"
+                " gpu_memory_total) SELECT {p:UInt64}, fromUnixTimestamp64Nano({t:Int64}) + toIntervalMinute(intDiv(number, {h:UInt32})),"
+                " concat('llm-proxy-', toString(number % {h:UInt32})), 0, 40 + number % 50, 30 + number % 40, 80"
+                " FROM numbers({n:UInt64})", {"p": PROJECT_ID, "t": state["start"] - 5 * 60 * NS, "h": GPU_HOSTS,
+                                            "n": GPU_HOSTS * minutes}, tag="bench.panels.gpu")
+        for key in ("user.tier", "host.name"):
+            params = {"project_id": PROJECT_ID, "key": key}
+            if indexed and not _built.get(("indexed", key)):
+                store.command("DELETE FROM span_key_values WHERE project_id = {project_id:UInt64} AND key = {key:String}",
+                              params, tag="bench.panels.index")
+                started = time.monotonic()
+                attribute_index._backfill(params)  # what index_backfill runs, without the declaration's wait
+                store.command("OPTIMIZE TABLE span_key_values FINAL", tag="bench.panels.index")
+                rows = attribute_index._rows(params)
+                _built[("indexed", key)] = True
+                print(f"attribute index: {key} backfilled, {rows:,} rows in {time.monotonic() - started:.1f} s")
+            stamp = time.time_ns()
+            store.insert("dim_keys", [{**params, "declared_at": stamp, "ready": int(indexed), "removed": 0,
+                                       "version": stamp}], tag="bench.panels.index")
         attribute_index.forget_known()
         return state
 
@@ -269,6 +286,10 @@ SCENARIOS = [
     Scenario("panels: variants user.tier free/pro, 7 d", 300, None, _keyed(24 * 7, indexed=True), _variants),
     Scenario("panels: variants user.tier free/pro, 7 d, span scan", None, None, _keyed(24 * 7, indexed=False), _variants,
              note="the same, the key not indexed (before its backfill)"),
+    Scenario("panels: variants user.tier free/pro, 7 d, GPU samples", 300, None, _keyed(24 * 7, indexed=True, gpu=True),
+             _variants, note="the same, with a GPU sample a minute of each of 4 serving hosts: the GPU read runs"),
+    Scenario("panels: variants user.tier free/pro, 7 d, GPU samples, span scan", None, None,
+             _keyed(24 * 7, indexed=False, gpu=True), _variants),
     Scenario("grouping: latency series by user.tier, 24 h", 300, None, _keyed(24, indexed=True), _grouped,
              note="analytics.grouping.grouped_series: requests, errors, P95, cost per bucket per value, one query"),
     Scenario("grouping: latency series by user.tier, 7 d", 300, None, _keyed(24 * 7, indexed=True), _grouped),

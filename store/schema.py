@@ -603,7 +603,7 @@ DIM_KEYS = Table(
 
 # For each declared key, the traces carrying it (on a span, with a non-empty value of at most
 # DIM_VALUE_MAX bytes: the key of ``spans.dims``): a row per (trace, value) with the start of the
-# trace's first span carrying that value, ordered by (project, key, start). The read that assigns a
+# trace's first span carrying that value, ordered by (project, key, value, start) in day partitions. The read that assigns a
 # window's traces to the key's values (analytics.grouping.trace_value_sql: the value of the
 # earliest span) reads the window's rows of one key here, not every span's ``dims`` of the window;
 # the Variants view finds the hosts (``host.name``) a trace ran on here too. Written by the
@@ -620,11 +620,13 @@ SPAN_KEY_VALUES = Table(
         Column("value", "String", "ZSTD(1)"),
     ),
     engine="MergeTree",
+    # A window reads its days' partitions; within them a key's rows, and where the read names
+    # values (the Variants view's hosts that have GPU samples), only those values' rows.
     partition_by="toDate(start_time)",
-    order_by="(project_id, key, start_time)",
+    order_by="(project_id, key, value, start_time)",
     ttl="toDateTime(start_time) + toIntervalDay({retention_days})",
     settings="index_granularity = 8192, ttl_only_drop_parts = 1",
-    # Cluster: by trace, as ``spans``: each shard's view indexes that shard's spans.
+    # Cluster: by trace, as ``spans``: each shard's summariser writes its own traces' rows.
     shard_key="cityHash64(trace_id)",
 )
 

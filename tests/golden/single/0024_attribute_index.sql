@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS span_key_values
 )
 ENGINE = MergeTree
 PARTITION BY toDate(start_time)
-ORDER BY (project_id, key, start_time)
+ORDER BY (project_id, key, value, start_time)
 TTL toDateTime(start_time) + toIntervalDay(30)
 SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1;
 
