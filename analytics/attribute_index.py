@@ -12,9 +12,8 @@ key's rows of ``span_key_values`` in the window: one per trace and value.
   indexing a key and deletes its rows.
 - **Indexed by the summariser.** Each run looks up the project's declared keys and, after writing
   the summaries of a batch of traces, writes each value of each key a trace carries, with the
-  start of the first span carrying it
-  (``traces_index_sql``), from the same spans. An index row is as fresh as the trace's summary,
-  which the grouped reads join it to anyway. A project that declared no key pays one small read
+  start of the first span carrying it (``traces_index_sql``), from the same spans. An index row is
+  as fresh as the trace's summary, which the grouped reads join it to anyway. A project that declared no key pays one small read
   per run that had work.
 - **Backfilled once.** ``index_backfill`` (the beat entry ``attribute-index``, task
   analytics.tasks.index_attributes) indexes the spans stored before, a day at a time, then marks
@@ -68,8 +67,17 @@ class IndexReport:
     backfilled: list[tuple[int, str]] = field(default_factory=list)
 
 
-def _now_ns() -> int:
-    return time.time_ns()
+def ready_sql(key: str) -> str:
+    """A scalar subquery, 1 when the project's key ``key`` (SQL: a parameter or a literal) is indexed
+    and backfilled, else 0: the guard of a read's two branches (the index, the span scan), which
+    ClickHouse evaluates first, so the branch whose guard is false reads no granule."""
+    return (f"(SELECT count() FROM dim_keys FINAL WHERE project_id = {{project_id:UInt64}}"
+            f" AND key = {key} AND ready = 1 AND removed = 0)")
+
+
+def _ns(when: datetime) -> int:
+    """``dim_keys.declared_at`` (read back naive, UTC, ms) as the unix ns the store writes."""
+    return int(when.replace(tzinfo=timezone.utc).timestamp() * 1000) * 1_000_000
 
 
 def _latest(project_id: int, key: str | None = None) -> list[dict]:
@@ -108,7 +116,7 @@ def key_declare(*, project_id: int, key: str) -> bool:
         if not any(r["key"] == key for r in active):
             if len(active) >= MAX_KEYS:
                 return False
-            stamp = _now_ns()
+            stamp = time.time_ns()
             _write(project_id, key, declared_at_ns=stamp, ready=0, removed=0, version=stamp)
             log.info("project %s: attribute key %r declared for the index", project_id, key)
     except StoreError as exc:  # the read that asked goes on by the scan; the next one declares
@@ -124,9 +132,7 @@ def key_remove(*, project_id: int, key: str) -> bool:
     rows = [r for r in _latest(project_id, key) if not r["removed"]]
     if not rows:
         return False
-    stamp = _now_ns()
-    declared = int(rows[0]["declared_at"].replace(tzinfo=timezone.utc).timestamp() * 1e9)
-    _write(project_id, key, declared_at_ns=declared, ready=0, removed=1, version=stamp)
+    _write(project_id, key, declared_at_ns=_ns(rows[0]["declared_at"]), ready=0, removed=1, version=time.time_ns())
     store = get_store()
     store.command(f"DELETE FROM {store.ddl_target('span_key_values')} WHERE project_id = {{project_id:UInt64}}"
                   " AND key = {key:String}", {"project_id": int(project_id), "key": key},
@@ -169,7 +175,7 @@ def keys_json(keys: list[str]) -> str:
 
 def declared_keys(*, project_id: int) -> list[str]:
     """The keys the summariser indexes for the project: declared and not removed (ready or not)."""
-    return [r["key"] for r in _latest(project_id) if not r["removed"]]
+    return [k.key for k in indexed_keys(project_id=project_id)]
 
 
 # A day of the project's stored spans (a backfill's step: its memory is one day's traces).
@@ -209,8 +215,8 @@ def index_backfill(*, project_ids: list[int], delay_seconds: float = BACKFILL_DE
         before = _rows(params)
         _backfill(params)
         report.rows += _rows(params) - before
-        declared = int(r["declared_at"].replace(tzinfo=timezone.utc).timestamp() * 1e9)
-        _write(r["project_id"], r["key"], declared_at_ns=declared, ready=1, removed=0, version=int(r["version"]) + 1)
+        _write(r["project_id"], r["key"], declared_at_ns=_ns(r["declared_at"]), ready=1, removed=0,
+               version=int(r["version"]) + 1)
         report.keys += 1
         report.backfilled.append((int(r["project_id"]), r["key"]))
         log.info("project %s: attribute key %r indexed", r["project_id"], r["key"])

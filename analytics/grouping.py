@@ -77,9 +77,9 @@ class GroupedSeries:
 # grouped alert rules (alerts.latency): the query giving each trace carrying the key its value
 # ``v`` (its earliest such span): one row per trace, from the attribute index when the key is
 # indexed (analytics.attribute_index), else from one scan of the spans in the window's range
-# widened for clock skew and late spans. Both come from ``spans.dims`` (the span's short values, span attribute over resource attribute, filled at
-# insert), never the attribute maps with their prompts; a value over store.schema.DIM_VALUE_MAX
-# bytes does not group.
+# widened for clock skew and late spans. Both come from ``spans.dims`` (the span's short values,
+# span attribute over resource attribute, filled at insert), never the attribute maps with their
+# prompts; a value over store.schema.DIM_VALUE_MAX bytes does not group.
 
 
 def earliest_key_sql(value: str) -> str:
@@ -97,13 +97,11 @@ def trace_value_sql(*, key: str = "attr_key", since: str = "start_ms", until: st
 
     It reads the attribute index (``span_key_values``, analytics.attribute_index) when the project
     declared the key and its backfill is done, and otherwise scans the spans: two branches, each
-    guarded by the same scalar subquery, which ClickHouse evaluates first, so the branch whose
-    guard is false reads no granule. Both give the same rows."""
+    guarded by attribute_index.ready_sql. Both give the same rows."""
     value = f"dims[{{{key}:String}}]"
     bounds = (f"start_time {lower} fromUnixTimestamp64{unit}({{{since}:Int64}}) - toIntervalMinute(5)\n"
               f"      AND start_time {upper} fromUnixTimestamp64{unit}({{{until}:Int64}}) + toIntervalHour(1)")
-    indexed = (f"(SELECT count() FROM dim_keys FINAL WHERE project_id = {{project_id:UInt64}}"
-               f" AND key = {{{key}:String}} AND ready = 1 AND removed = 0)")
+    indexed = attribute_index.ready_sql(f"{{{key}:String}}")
     return f"""SELECT trace_id, argMin(value, {earliest_key_sql("value")}) AS v
     FROM span_key_values
     WHERE project_id = {{project_id:UInt64}} AND key = {{{key}:String}}

@@ -146,23 +146,21 @@ def _host_minutes_sql() -> str:
     """(trace_id, host, minute): each host a trace ran on (``host.name`` of its spans, a span
     attribute or else a resource attribute, as for any key) and the minute its first span there
     started; from the attribute index once ``host.name`` is indexed, else from the spans (two
-    guarded branches, as grouping.trace_value_sql). Nothing is read when the window holds no GPU
-    sample (nothing to join to)."""
+    guarded branches, as grouping.trace_value_sql). ``_gpu_read`` runs it only when the window
+    holds GPU samples."""
     bounds = ("start_time >= fromUnixTimestamp64Milli({start_ms:Int64}) - toIntervalMinute(5)"
               " AND start_time < fromUnixTimestamp64Milli({end_ms:Int64}) + toIntervalHour(1)")
-    indexed = ("(SELECT count() FROM dim_keys FINAL WHERE project_id = {project_id:UInt64}"
-               f" AND key = '{HOST_KEY}' AND ready = 1 AND removed = 0)")
+    indexed = attribute_index.ready_sql(f"'{HOST_KEY}'")
     # Only the hosts that have GPU samples in the window can match (the serving hosts, a few among
     # every gateway and worker the spans name).
-    any_gpu = f"(SELECT count() FROM ({_GPU_SAMPLES})) > 0"
     gpu_hosts = f"(SELECT DISTINCT host FROM ({_GPU_SAMPLES}))"
     return f"""SELECT trace_id, value AS host, toStartOfMinute(min(start_time)) AS minute FROM span_key_values
-        WHERE project_id = {{project_id:UInt64}} AND key = '{HOST_KEY}' AND {bounds} AND {indexed} > 0 AND {any_gpu}
+        WHERE project_id = {{project_id:UInt64}} AND key = '{HOST_KEY}' AND {bounds} AND {indexed} > 0
           AND value IN {gpu_hosts}
         GROUP BY trace_id, host
         UNION ALL
         SELECT trace_id, dims['{HOST_KEY}'] AS host, toStartOfMinute(min(start_time)) AS minute FROM spans
-        WHERE project_id = {{project_id:UInt64}} AND {bounds} AND mapContains(dims, '{HOST_KEY}') AND {indexed} = 0 AND {any_gpu}
+        WHERE project_id = {{project_id:UInt64}} AND {bounds} AND mapContains(dims, '{HOST_KEY}') AND {indexed} = 0
           AND dims['{HOST_KEY}'] IN {gpu_hosts}
         GROUP BY trace_id, host"""
 
