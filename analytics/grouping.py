@@ -90,19 +90,45 @@ def earliest_key_sql(value: str) -> str:
     return f"bitShiftLeft(toUInt128(toUnixTimestamp64Nano(start_time)), 64) + cityHash64({value})"
 
 
+HOST_KEY = "host.name"  # the attribute naming the host a span ran on (= resource_samples.host)
+HOST_CODES = 65536  # a (host, minute) code: unix minute * HOST_CODES + the host's place (1-based) in its list
+MAX_CODED_HOSTS = HOST_CODES - 1
+
+
+def host_list_sql(param: str) -> str:
+    """The hosts of a (host, minute) code: a parameter holding a JSON array of host names (the same
+    list, so the same places, in every read that codes or decodes them)."""
+    return f"JSONExtract({{{param}:String}}, 'Array(String)')"
+
+
+def host_minute_code_sql(place: str, minute: str) -> str:
+    """The code of (a host, a unix minute): ``place`` is the host's place (1-based) in its list
+    (host_list_sql), ``minute`` the unix minute: one number, cheap to carry, collect and compare
+    (a tuple with the host's name is not)."""
+    return f"toUInt64({minute}) * {HOST_CODES} + {place}"
+
+
 def trace_value_sql(*, key: str = "attr_key", since: str = "start_ms", until: str = "end_ms",
-                    unit: str = "Milli", lower: str = ">=", upper: str = "<") -> str:
+                    unit: str = "Milli", lower: str = ">=", upper: str = "<", hosts: str | None = None) -> str:
     """The assignment query: ``key``/``since``/``until`` name the parameters (``unit``: Milli or
     Nano), ``lower``/``upper`` the window's bound operators.
 
     It reads the attribute index (``span_key_values``, analytics.attribute_index) when the project
     declared the key and its backfill is done, and otherwise scans the spans: two branches, each
-    guarded by attribute_index.ready_sql. Both give the same rows."""
+    guarded by attribute_index.ready_sql. Both give the same rows.
+
+    ``hosts`` (the Variants view's GPU read): the name of a parameter holding a JSON array of host
+    names (host_list_sql). Each row then also carries ``hm``: the codes (host_minute_code_sql) of
+    the listed hosts the trace ran on (their ``host.name``, read as any key's value), each at the
+    minute of the trace's first span there: the trace's value and its hosts in one pass, from the
+    index when both keys are indexed (an index row holds a trace's first start on a host; a late
+    span that started earlier adds a row, and the least minute is kept), else from the spans."""
     value = f"dims[{{{key}:String}}]"
     bounds = (f"start_time {lower} fromUnixTimestamp64{unit}({{{since}:Int64}}) - toIntervalMinute(5)\n"
               f"      AND start_time {upper} fromUnixTimestamp64{unit}({{{until}:Int64}}) + toIntervalHour(1)")
     indexed = attribute_index.ready_sql(f"{{{key}:String}}")
-    return f"""SELECT trace_id, argMin(value, {earliest_key_sql("value")}) AS v
+    if hosts is None:
+        return f"""SELECT trace_id, argMin(value, {earliest_key_sql("value")}) AS v
     FROM span_key_values
     WHERE project_id = {{project_id:UInt64}} AND key = {{{key}:String}}
       AND {bounds}
@@ -116,6 +142,42 @@ def trace_value_sql(*, key: str = "attr_key", since: str = "start_ms", until: st
       AND mapContains(dims, {{{key}:String}})
       AND {indexed} = 0
     GROUP BY trace_id"""
+    listed = host_list_sql(hosts)
+    host_indexed = attribute_index.ready_sql(f"'{HOST_KEY}'")
+    both = f"{indexed} > 0 AND {host_indexed} > 0"
+
+    def host_minutes(host: str, on_host: str) -> str:
+        # Every listed host's (host, minute) code of the trace's rows; the outer query keeps each
+        # host's least.
+        return (f"groupArrayIf({host_minute_code_sql(f'indexOf({listed}, {host})', 'intDiv(toUnixTimestamp(start_time), 60)')},"
+                f" {on_host} AND {host} IN {listed}) AS codes")
+
+    span_host = f"dims['{HOST_KEY}']"
+    # Of each host its first code (the codes sorted by host, then minute): a sort of a few numbers a
+    # trace, ~40 ms less at 7 days of 10 M spans than minMap's map per trace.
+    place = f"% {HOST_CODES}"
+    return f"""SELECT trace_id, v, arrayFilter((c, before) -> c {place} != before {place},
+        arraySort(c -> (c {place}, c), codes) AS sorted, arrayPopBack(arrayPushFront(sorted, 0))) AS hm
+    FROM (
+    SELECT trace_id, argMinIf(value, {earliest_key_sql("value")}, key = {{{key}:String}}) AS v,
+           {host_minutes("value", f"key = '{HOST_KEY}'")}
+    FROM span_key_values
+    WHERE project_id = {{project_id:UInt64}} AND key IN ({{{key}:String}}, '{HOST_KEY}')
+      AND {bounds}
+      AND (key = {{{key}:String}} OR value IN {listed})
+      AND {both}
+    GROUP BY trace_id
+    HAVING countIf(key = {{{key}:String}}) > 0
+    UNION ALL
+    SELECT trace_id, argMinIf({value}, {earliest_key_sql(value)}, mapContains(dims, {{{key}:String}})) AS v,
+           {host_minutes(span_host, "1")}
+    FROM spans
+    WHERE project_id = {{project_id:UInt64}}
+      AND {bounds}
+      AND (mapContains(dims, {{{key}:String}}) OR {span_host} IN {listed})
+      AND NOT ({both})
+    GROUP BY trace_id
+    HAVING countIf(mapContains(dims, {{{key}:String}})) > 0)"""
 
 
 TRACE_VALUE_SQL = trace_value_sql()

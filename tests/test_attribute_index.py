@@ -228,3 +228,61 @@ def test_a_declaration_the_store_refuses_leaves_the_read_to_the_scan(seeded, mon
     start, end = _window(seeded["start"], seeded["end"])
     series = grouping.grouped_series(project_id=seeded["project"], start=start, end=end, key=KEY)
     assert sum(g.requests for g in series.groups) == 60 and attribute_index.indexed_keys(project_id=seeded["project"]) == []
+
+
+def _hosts_of_traces(project_id: int, start_ns: int, end_ns: int, hosts: list[str]) -> dict[str, tuple[str, list]]:
+    """The Variants view's assignment with hosts: trace -> (value, [(host, minute), …]) decoded."""
+    import json
+
+    start, end = _window(start_ns, end_ns)
+    sql = grouping.trace_value_sql(hosts="gpu_hosts")
+    rows = get_store().query(sql, _params(project_id, start, end, "", "", attr_key=KEY, gpu_hosts=json.dumps(hosts)),
+                             tag="tests.attribute_index.hosts").rows
+    return {t: (v, sorted((hosts[c % grouping.HOST_CODES - 1], c // grouping.HOST_CODES) for c in codes))
+            for t, v, codes in rows}
+
+
+def test_each_traces_hosts_and_first_minutes_come_from_the_index_as_from_the_spans(seeded):
+    """The Variants view's GPU read: each trace's value and, of the listed hosts (those with GPU
+    samples), the minute of its first span on each, from the index as from the span scan — a host
+    not listed is left out, and a late span that started earlier on a host (a second index row for
+    it) moves that host's minute to its own."""
+    p, start, end, rng = seeded["project"], seeded["start"], seeded["end"], seeded["rng"]
+    listed = ["gpu-a", "gpu-b"]
+    spans = []
+    for i in range(12):
+        trace = random_trace(rng, start_ns=rng.randrange(start, end - 600 * NS))
+        trace[3]["attributes"] = {KEY: rng.choice(["free", "pro"])}
+        for j, span in enumerate(trace):
+            span["resource_attributes"] = {"host.name": ["gpu-a", "gpu-b", "cpu-1"][(i + j) % 3]}
+            span["start_time"] += j * 61 * NS  # spans a minute apart: a host's first minute matters
+        spans += trace
+    insert_spans(p, spans)
+    summarizer.traces_summarize(project_ids=[p])
+    for key in (KEY, "host.name"):
+        assert attribute_index.key_declare(project_id=p, key=key)
+    attribute_index.index_backfill(project_ids=[p], delay_seconds=0)
+    # A late span of one trace on gpu-b, two minutes before any of its spans: summarised again,
+    # the trace gets a second index row for gpu-b, with the earlier start.
+    late_trace = spans[0]["trace_id"]
+    first = min(s["start_time"] for s in spans if s["trace_id"] == late_trace)
+    insert_spans(p, [{"trace_id": late_trace, "span_id": "%016x" % 9, "parent_span_id": spans[0]["span_id"],
+                      "name": "late", "service": "chat-api", "start_time": first - 120 * NS, "duration_ms": 1.0,
+                      "resource_attributes": {"host.name": "gpu-b"}}])
+    summarizer.traces_summarize(project_ids=[p])
+    assert int(get_store().query(
+        "SELECT count() FROM span_key_values WHERE project_id = {p:UInt64} AND key = 'host.name' AND trace_id = {t:String}",
+        {"p": p, "t": late_trace}, tag="tests.attribute_index.rows").scalar()) > 3
+    expected: dict[str, dict[str, int]] = {}
+    for span in spans + [{"trace_id": late_trace, "start_time": first - 120 * NS, "resource_attributes": {"host.name": "gpu-b"}}]:
+        host = span["resource_attributes"]["host.name"]
+        if host in listed:
+            minutes = expected.setdefault(span["trace_id"], {})
+            minutes[host] = min(minutes.get(host, 1 << 62), span["start_time"] // NS // 60)
+    indexed = _hosts_of_traces(p, start, end, listed)
+    assert all(k.ready for k in attribute_index.indexed_keys(project_id=p))
+    ours = {t: hm for t, (v, hm) in indexed.items() if t in expected}
+    assert len(ours) == 12 and ours == {t: sorted(m.items()) for t, m in expected.items()}
+    assert dict(ours[late_trace])["gpu-b"] == (first - 120 * NS) // NS // 60
+    attribute_index.key_remove(project_id=p, key="host.name")  # one key not indexed: both from the spans
+    assert _hosts_of_traces(p, start, end, listed) == indexed

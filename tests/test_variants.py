@@ -206,3 +206,15 @@ def test_the_attribute_index_gives_the_same_figures_and_hosts_as_the_span_scan(c
     assert indexed["hosts"] == scanned["hosts"] == {"fp16": ["gpu-fp16"], "int8": ["gpu-int8"]}
     assert {m: f["values"] for m, f in figures(indexed).items()} == {m: f["values"] for m, f in figures(scanned).items()}
     assert figures(indexed)["GPU memory"]["values"][1] == pytest.approx(40.5, abs=1)
+
+
+def test_membership_matches_numpys():
+    import numpy as np
+
+    from analytics.variants import _members
+
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 1 << 40, 5000, dtype=np.uint64)
+    for of in (values[:0], values[:1], rng.choice(values, 700), rng.integers(0, 1 << 40, 900, dtype=np.uint64),
+               np.array([np.iinfo(np.uint64).max], dtype=np.uint64)):
+        assert (_members(values, of) == np.isin(values, of)).all()
