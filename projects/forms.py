@@ -41,3 +41,15 @@ class ProjectCreateForm(_Form):
     id_prefix = "project"
     name = forms.CharField(label="Project name", max_length=NAME_MAX_LENGTH,
                            help_text="You become its first member; it gets its own ingest key.")
+
+
+class IndexKeyForm(_Form):
+    id_prefix = "index"
+    key = forms.CharField(label="Attribute key", max_length=256,  # analytics.attribute_index.MAX_KEY
+                          help_text="A span or resource attribute that names a group, e.g. user.tier or llm.quantization.")
+
+    def clean_key(self):
+        key = self.cleaned_data["key"].strip()
+        if not key:
+            raise forms.ValidationError("Name an attribute key.")
+        return key

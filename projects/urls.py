@@ -11,4 +11,6 @@ urlpatterns = [
     path("members/new/", views.member_add, name="member_add"),
     path("members/<int:membership_id>/remove/", views.member_remove, name="member_remove"),
     path("projects/new/", views.project_create, name="project_create"),
+    path("index-keys/new/", views.index_key_add, name="index_key_add"),
+    path("index-keys/remove/", views.index_key_remove, name="index_key_remove"),
 ]

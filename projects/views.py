@@ -1,5 +1,5 @@
-"""The settings page (``/settings/``) and its forms: the current project's retention, ingest keys
-and members, and the user's projects.
+"""The settings page (``/settings/``) and its forms: the current project's retention, ingest keys,
+members and indexed attribute keys, and the user's projects.
 
 Every action names its project with ``?project=<id>`` like every other page; a project the user is
 not a member of is a 404 (``projects.scope.current_project``), and a key or membership is
@@ -24,7 +24,7 @@ from django.views.decorators.http import require_POST
 
 from . import selectors, services
 from .scope import SESSION_KEY, current_project
-from .forms import ApiKeyCreateForm, MemberAddForm, ProjectCreateForm, RetentionForm
+from .forms import ApiKeyCreateForm, IndexKeyForm, MemberAddForm, ProjectCreateForm, RetentionForm
 
 TEMPLATE = "dashboard/settings.html"
 
@@ -69,8 +69,21 @@ def key_snippets(*, base_url: str, raw_key: str) -> dict[str, str]:
     }
 
 
+def _indexed_keys(project) -> tuple[list, str]:
+    """The project's indexed attribute keys (analytics.attribute_index), or why they cannot be shown:
+    they live in ClickHouse, and the rest of this page must render while it is down."""
+    from analytics import attribute_index
+    from store.errors import StoreError
+
+    try:
+        return attribute_index.indexed_keys(project_id=project.pk), ""
+    except StoreError as exc:
+        return [], f"The indexed keys cannot be read now: ClickHouse did not answer ({exc.__class__.__name__})."
+
+
 def _render(request, project, *, status=200, retention_form=None, key_form=None, member_form=None,
-            project_form=None, member_error=None, new_key=None, created_project=None):
+            project_form=None, member_error=None, new_key=None, created_project=None, index_form=None,
+            index_error=None):
     context = {
         "project": project,
         "projects": list(selectors.projects_for_user(user=request.user)),
@@ -90,7 +103,13 @@ def _render(request, project, *, status=200, retention_form=None, key_form=None,
             "memberships": list(selectors.memberships_for_project(project=project)),
             "member_form": member_form or MemberAddForm(),
             "member_error": member_error,
+            "index_form": index_form or IndexKeyForm(),
+            "index_error": index_error,
         })
+        from analytics.attribute_index import MAX_KEYS
+
+        context["indexed_keys"], context["indexed_keys_unavailable"] = _indexed_keys(project)
+        context["index_max_keys"] = MAX_KEYS
     if new_key is not None:
         key, raw = new_key
         context["new_key"] = {"key": key, "raw": raw, "base_url": _base_url(request),
@@ -206,3 +225,52 @@ def project_create(request):
             key = selectors.api_keys_for_project(project=project).first()
             return _render(request, project, new_key=(key, raw), created_project=project)
     return _render(request, current, status=400, project_form=form)
+
+
+@login_required
+@require_POST
+def index_key_add(request):
+    """Declare an attribute key for the project's attribute index (what a grouped chart, the Variants
+    view or a grouped rule does on first use): it is backfilled within a minute, then read."""
+    from analytics import attribute_index
+    from store.errors import StoreError
+
+    project = _project_or_404(request)
+    form = IndexKeyForm(request.POST)
+    if form.is_valid():
+        key = form.cleaned_data["key"]
+        try:
+            known = {k.key for k in attribute_index.indexed_keys(project_id=project.pk)}
+        except StoreError as exc:
+            form.add_error(None, f"ClickHouse did not answer ({exc.__class__.__name__}); nothing was changed.")
+        else:
+            if key not in known and len(known) >= attribute_index.MAX_KEYS:
+                form.add_error("key", f"This project already indexes {attribute_index.MAX_KEYS} keys, the most it may:"
+                                      " remove one first.")
+            elif not attribute_index.key_declare(project_id=project.pk, key=key):
+                form.add_error(None, "ClickHouse refused the declaration; nothing was changed.")
+            else:
+                messages.success(request, f"Indexing “{key}”: its backfill runs within a minute; until it is done,"
+                                          " reads scan the spans.")
+                return redirect(f"{_settings_url(project)}#index-keys")
+    return _render(request, project, status=400, index_form=form)
+
+
+@login_required
+@require_POST
+def index_key_remove(request):
+    """Stop indexing a key and delete its index rows (reads grouped by it scan the spans again)."""
+    from analytics import attribute_index
+    from store.errors import StoreError
+
+    project = _project_or_404(request)
+    key = request.POST.get("key", "")
+    try:
+        removed = attribute_index.key_remove(project_id=project.pk, key=key)
+    except StoreError as exc:
+        return _render(request, project, status=503,
+                       index_error=f"ClickHouse did not answer ({exc.__class__.__name__}); nothing was changed.")
+    if not removed:
+        return _render(request, project, status=404, index_error=f"“{key}” is not indexed in this project.")
+    messages.success(request, f"“{key}” is no longer indexed; reads grouped by it scan the spans.")
+    return redirect(f"{_settings_url(project)}#index-keys")

@@ -114,6 +114,8 @@ MATRIX: dict[str, Row] = {
     "projects:key_revoke": Row("form", lambda w: f"/settings/keys/{_a_key(w).pk}/revoke/" + _q(w), 302),
     "projects:member_add": Row("form", lambda w: "/settings/members/new/" + _q(w), 302),
     "projects:member_remove": Row("form", lambda w: f"/settings/members/{_a_membership(w).pk}/remove/" + _q(w), 302),
+    "projects:index_key_add": Row("form", lambda w: "/settings/index-keys/new/" + _q(w), 302),
+    "projects:index_key_remove": Row("form", lambda w: "/settings/index-keys/remove/" + _q(w), 302),
     "projects:project_create": Row("form", lambda w: "/settings/projects/new/" + _q(w), 200,
                                    note="names the current project: a non-member's ?project= is a 404 too"),
 }

@@ -148,6 +148,7 @@ def two_projects(make_user, project_with_key):
     return alice, bob, a, b, a_raw, b_raw
 
 
+@pytest.mark.clickhouse  # the page lists the project's indexed attribute keys (ClickHouse)
 def test_member_sees_the_keys_and_creates_one_shown_once_with_snippets(two_projects):
     alice, _, a, b, a_raw, _ = two_projects
     client = _client(alice)
@@ -209,6 +210,7 @@ def test_the_curl_snippet_works_and_revoking_refuses_the_next_request(two_projec
     assert "revoked" in page and f"Revoked td_{key.prefix}_…" in page
 
 
+@pytest.mark.clickhouse  # the page lists the project's indexed attribute keys (ClickHouse)
 def test_a_non_member_can_neither_see_nor_revoke_nor_add_keys(two_projects):
     _, bob, a, b, a_raw, _ = two_projects
     a_key = ApiKey.objects.get(project=a)
@@ -250,6 +252,7 @@ def test_forms_need_post_and_a_csrf_token(two_projects):
     assert Client().post(urls[0], {"name": "x"}).status_code == 302  # anonymous: to the login page
 
 
+@pytest.mark.clickhouse  # the page lists the project's indexed attribute keys (ClickHouse)
 def test_members_are_added_by_username_with_clear_errors(two_projects, make_user):
     alice, bob, a, _, _, _ = two_projects
     client = _client(alice)
@@ -282,6 +285,7 @@ def test_members_are_added_by_username_with_clear_errors(two_projects, make_user
     assert list(a.members.values_list("username", flat=True)) == ["bob"]
 
 
+@pytest.mark.clickhouse  # the page lists the project's indexed attribute keys (ClickHouse)
 def test_projects_are_created_with_a_first_key_and_duplicates_refused(two_projects, make_user):
     alice, _, a, b, _, _ = two_projects
     client = _client(alice)
@@ -302,6 +306,7 @@ def test_projects_are_created_with_a_first_key_and_duplicates_refused(two_projec
     assert "Project settings: checkout-api" in client.get("/settings/").content.decode()
 
 
+@pytest.mark.clickhouse  # the page lists the project's indexed attribute keys (ClickHouse)
 def test_a_user_without_a_project_can_create_one(make_user):
     carol = make_user("carol")
     client = _client(carol)
