@@ -67,6 +67,7 @@ def test_project_retention_defaults_to_global_and_is_bounded(project_with_key):
 
 
 @pytest.mark.django_db
+@pytest.mark.clickhouse  # the page lists the project's indexed attribute keys (ClickHouse)
 def test_settings_page_edits_retention_for_members_only(client, make_user, project_with_key):
     alice, bob = make_user(), make_user()
     project, _ = project_with_key(members=[alice])
