@@ -146,31 +146,32 @@ def trace_value_sql(*, key: str = "attr_key", since: str = "start_ms", until: st
     host_indexed = attribute_index.ready_sql(f"'{HOST_KEY}'")
     both = f"{indexed} > 0 AND {host_indexed} > 0"
 
-    def host_minutes(host: str, on_host: str) -> str:
-        # Every listed host's (host, minute) code of the trace's rows; the outer query keeps each
-        # host's least.
-        return (f"groupArrayIf({host_minute_code_sql(f'indexOf({listed}, {host})', 'intDiv(toUnixTimestamp(start_time), 60)')},"
-                f" {on_host} AND {host} IN {listed}) AS codes")
+    def code(host: str) -> str:
+        return host_minute_code_sql(f"indexOf({listed}, {host})", "intDiv(toUnixTimestamp(start_time), 60)")
 
     span_host = f"dims['{HOST_KEY}']"
     # Of each host its first code (the codes sorted by host, then minute): a sort of a few numbers a
-    # trace, ~40 ms less at 7 days of 10 M spans than minMap's map per trace.
+    # trace, ~40 ms less at 7 days of 10 M spans than minMap's map per trace. From the index, the
+    # key's rows and the hosts' rows each compute only their own columns before one GROUP BY
+    # (~12 ms less than computing both on every row).
     place = f"% {HOST_CODES}"
     return f"""SELECT trace_id, v, arrayFilter((c, before) -> c {place} != before {place},
         arraySort(c -> (c {place}, c), codes) AS sorted, arrayPopBack(arrayPushFront(sorted, 0))) AS hm
     FROM (
-    SELECT trace_id, argMinIf(value, {earliest_key_sql("value")}, key = {{{key}:String}}) AS v,
-           {host_minutes("value", f"key = '{HOST_KEY}'")}
-    FROM span_key_values
-    WHERE project_id = {{project_id:UInt64}} AND key IN ({{{key}:String}}, '{HOST_KEY}')
-      AND {bounds}
-      AND (key = {{{key}:String}} OR value IN {listed})
-      AND {both}
+    SELECT trace_id, argMinIf(key_value, earliest, is_key) AS v, groupArrayIf(code, NOT is_key) AS codes
+    FROM (
+        SELECT trace_id, value AS key_value, {earliest_key_sql("value")} AS earliest, toUInt64(0) AS code, 1 AS is_key
+        FROM span_key_values
+        WHERE project_id = {{project_id:UInt64}} AND key = {{{key}:String}} AND {bounds} AND {both}
+        UNION ALL
+        SELECT trace_id, '' AS key_value, toUInt128(0) AS earliest, {code("value")} AS code, 0 AS is_key
+        FROM span_key_values
+        WHERE project_id = {{project_id:UInt64}} AND key = '{HOST_KEY}' AND value IN {listed} AND {bounds} AND {both})
     GROUP BY trace_id
-    HAVING countIf(key = {{{key}:String}}) > 0
+    HAVING countIf(is_key) > 0
     UNION ALL
     SELECT trace_id, argMinIf({value}, {earliest_key_sql(value)}, mapContains(dims, {{{key}:String}})) AS v,
-           {host_minutes(span_host, "1")}
+           groupArrayIf({code(span_host)}, {span_host} IN {listed}) AS codes
     FROM spans
     WHERE project_id = {{project_id:UInt64}}
       AND {bounds}
