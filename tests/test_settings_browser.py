@@ -162,3 +162,38 @@ def test_dismissing_the_confirmation_keeps_the_key(page, asgi_server, make_user,
     assert dialogs and "Revoke td_" in dialogs[0]
     assert api_key_authenticate(raw_key=raw) is not None
     expect(page.locator("#api-keys")).to_contain_text("active")
+
+
+def test_index_and_stop_indexing_an_attribute_key(page, asgi_server, make_user, project_with_key):
+    """The Indexed attribute keys section: a member indexes a key (listed as backfilling, escaped),
+    sees it indexed once the backfill ran, and removes it after confirming."""
+    from analytics import attribute_index
+
+    alice = make_user("alice", password=PASSWORD)
+    project, _ = project_with_key("shop", members=[alice])
+    server = asgi_server.url
+    page.goto(f"{server}/login/?next=/settings/%3Fproject%3D{project.pk}")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    _settings_ready(page)
+    expect(page.locator("#index-keys-none")).to_be_visible()
+
+    page.fill("#index_key", XSS_NAME)
+    page.get_by_role("button", name="Index this key").click()
+    _settings_ready(page)
+    row = page.locator("#index-key-list tbody tr")
+    expect(row).to_have_count(1)
+    expect(row.locator("code")).to_have_text(XSS_NAME)  # shown as text, never run
+    expect(row).to_contain_text("backfilling")
+    attribute_index.index_backfill(project_ids=[project.pk], delay_seconds=0)
+    page.reload()
+    _settings_ready(page)
+    expect(page.locator("#index-key-list tbody tr td").nth(1)).to_have_text("indexed")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#index-key-list").get_by_role("button", name="Remove").click()
+    _settings_ready(page)
+    expect(page.locator("#index-keys-none")).to_be_visible()
+    assert attribute_index.indexed_keys(project_id=project.pk) == []
+    assert page.evaluate("window.__xss") is None and not page.errors, page.errors
