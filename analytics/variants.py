@@ -151,7 +151,7 @@ _GPU_SAMPLES = """SELECT host, toStartOfMinute(time) AS minute, toNullable(toFlo
 
 def _gpu_hosts(params: dict) -> list[str]:
     """The hosts with GPU samples in the window (sorted; at most MAX_CODED_HOSTS): a first small read.
-    None means no GPU read at all (the assignment then carries no hosts)."""
+    An empty list: no GPU read at all (the assignment then carries no hosts)."""
     rows = get_store().query(f"SELECT groupUniqArray({MAX_CODED_HOSTS})(host) AS hosts FROM ({_GPU_SAMPLES}) WHERE host != ''",
                              params, tag="analytics.variants.gpu_hosts").dicts()
     return sorted(rows[0]["hosts"]) if rows else []
