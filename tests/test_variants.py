@@ -218,3 +218,23 @@ def test_membership_matches_numpys():
     for of in (values[:0], values[:1], rng.choice(values, 700), rng.integers(0, 1 << 40, 900, dtype=np.uint64),
                np.array([np.iinfo(np.uint64).max], dtype=np.uint64)):
         assert (_members(values, of) == np.isin(values, of)).all()
+
+
+def test_host_name_as_the_variant_key_gives_each_host_its_own_gpu(client, two_variants):
+    """``host.name`` may itself be the variant key (one host per deployment): the key's rows and the
+    hosts' rows are then the same rows, read once for the value and once for the GPU minutes — from
+    the spans, then from the index, with the same figures."""
+    from analytics import attribute_index
+
+    user, project, start = two_variants
+    client.force_login(user)
+    url = f"/variants.json?{window(start)}&key=host.name&value=gpu-fp16&value=gpu-int8"
+    scanned = client.get(url).json()
+    attribute_index.index_backfill(project_ids=[project.pk], delay_seconds=0)
+    assert all(k.ready for k in attribute_index.indexed_keys(project_id=project.pk))
+    indexed = client.get(url).json()
+    assert indexed["hosts"] == scanned["hosts"] == {"gpu-fp16": ["gpu-fp16"], "gpu-int8": ["gpu-int8"]}
+    assert {m: f["values"] for m, f in figures(indexed).items()} == {m: f["values"] for m, f in figures(scanned).items()}
+    assert figures(indexed)["Requests"]["values"] == [120, 120]
+    assert figures(indexed)["GPU memory"]["values"][0] == pytest.approx(80.5, abs=1)
+    assert figures(indexed)["GPU memory"]["values"][1] == pytest.approx(40.5, abs=1)
