@@ -280,7 +280,10 @@ def variants_compare(*, project_id: int, start: datetime, end: datetime, key: st
         gpu_rows = _gpu_figures(r["gpu"], fig_rows, hosts)
     else:
         (fig_rows, score_rows), gpu_rows = _figures_read(params), {}
-    if gpu_rows:  # the project has GPU samples and its spans name their hosts: index the hosts too
+    if hosts:
+        # The window has GPU samples: index the hosts too. The assignment reads the index only when
+        # both keys are ready, so a project whose spans never name a host still needs it declared
+        # (its backfill writes no row), or every such read would scan the spans.
         attribute_index.key_declare(project_id=project_id, key=HOST_KEY)
     empty = {"requests": 0, "errors": 0, "output_total": 0, "cost_total": 0.0, "cost_var": 0.0, "e2e_q": [0, 0, 0],
              "ttft_n": 0, "ttft_p95": 0, "tpot_n": 0, "tpot_p95": 0, "e2e_sample": [], "ttft_sample": [], "tpot_sample": []}

@@ -238,3 +238,40 @@ def test_host_name_as_the_variant_key_gives_each_host_its_own_gpu(client, two_va
     assert figures(indexed)["Requests"]["values"] == [120, 120]
     assert figures(indexed)["GPU memory"]["values"][0] == pytest.approx(80.5, abs=1)
     assert figures(indexed)["GPU memory"]["values"][1] == pytest.approx(40.5, abs=1)
+
+
+def test_gpu_samples_but_spans_naming_no_host_still_read_the_index(client, make_user, project_with_key):
+    """GPU samples in the window while the spans name no host (the agent samples the machine, the app
+    never sets host.name): ``host.name`` is declared anyway, so once both keys are backfilled the
+    read comes from the index; no GPU figure, no host, the same request figures as the scan."""
+    from analytics import attribute_index
+    from tests.explorer_seed import seed_traces
+    from tests.variants_seed import variant_trace
+    from tests.alerts_support import sample
+
+    user = make_user()
+    project, _ = project_with_key(members=[user])
+    start = t0()
+    traces = [variant_trace(start + i * S, value=("fp16", "int8")[i % 2], e2e_ms=500 + i, host="") for i in range(20)]
+    for spans in traces:
+        for span in spans:
+            span["resource_attributes"] = {}
+    seed_traces(project_id=project.pk, traces=traces)
+    get_store().insert("resource_samples", [sample(project.pk, datetime.fromtimestamp(start / S + 65, tz=timezone.utc),
+                                                   host="gpu-a", mem_pct=50.0, util=50.0)], tag="tests.variants.samples")
+    client.force_login(user)
+    url = f"/variants.json?{window(start)}&value=fp16&value=int8"
+    scanned = client.get(url).json()
+    assert sorted(k.key for k in attribute_index.indexed_keys(project_id=project.pk)) == ["host.name", "llm.quantization"]
+    attribute_index.index_backfill(project_ids=[project.pk], delay_seconds=0)
+    assert all(k.ready for k in attribute_index.indexed_keys(project_id=project.pk))
+    indexed = client.get(url).json()
+    assert indexed["hosts"] == scanned["hosts"] == {"fp16": [], "int8": []}
+    assert {m: f["values"] for m, f in figures(indexed).items()} == {m: f["values"] for m, f in figures(scanned).items()}
+    assert figures(indexed)["Requests"]["values"] == [10, 10]
+    assert figures(indexed)["GPU memory"]["values"] == [None, None]
+    # A row only the index holds (an int8 trace given an earlier fp16 value) shows where the read comes from.
+    moved = traces[1][0]["trace_id"]
+    get_store().insert("span_key_values", [{"project_id": project.pk, "key": "llm.quantization", "value": "fp16",
+                                            "trace_id": moved, "start_time": start - 2 * S}], tag="tests.variants.index")
+    assert figures(client.get(url).json())["Requests"]["values"] == [11, 9]
