@@ -284,5 +284,12 @@ def test_each_traces_hosts_and_first_minutes_come_from_the_index_as_from_the_spa
     ours = {t: hm for t, (v, hm) in indexed.items() if t in expected}
     assert len(ours) == 12 and ours == {t: sorted(m.items()) for t, m in expected.items()}
     assert dict(ours[late_trace])["gpu-b"] == (first - 120 * NS) // NS // 60
-    attribute_index.key_remove(project_id=p, key="host.name")  # one key not indexed: both from the spans
+    # ``host.name`` not indexed: the value from the index, the hosts from the spans; neither key: both
+    # from the spans. A row only the index holds (another value, earlier) shows where the value comes from.
+    attribute_index.key_remove(project_id=p, key="host.name")
+    assert _hosts_of_traces(p, start, end, listed) == indexed
+    get_store().insert("span_key_values", [{"project_id": p, "key": KEY, "value": "index-only", "trace_id": late_trace,
+                                            "start_time": first - NS}], tag="tests.attribute_index.rows")
+    assert _hosts_of_traces(p, start, end, listed)[late_trace] == ("index-only", indexed[late_trace][1])
+    attribute_index.key_remove(project_id=p, key=KEY)
     assert _hosts_of_traces(p, start, end, listed) == indexed
