@@ -112,18 +112,25 @@ def key_declare(*, project_id: int, key: str) -> bool:
         if _known.get((project_id, key), 0.0) > now:
             return True
     try:
-        active = [r for r in _latest(project_id) if not r["removed"]]
-        if not any(r["key"] == key for r in active):
-            if len(active) >= MAX_KEYS:
-                return False
-            stamp = time.time_ns()
-            _write(project_id, key, declared_at_ns=stamp, ready=0, removed=0, version=stamp)
-            log.info("project %s: attribute key %r declared for the index", project_id, key)
+        return key_add(project_id=project_id, key=key)
     except StoreError as exc:  # the read that asked goes on by the scan; the next one declares
         log.warning("project %s: attribute key %r not declared: %s", project_id, key, exc)
         return False
+
+
+def key_add(*, project_id: int, key: str) -> bool:
+    """Declare ``key`` (a key that groups: 1 to MAX_KEY characters) unless it is declared already:
+    what ``key_declare`` does, for a caller that reports the store's errors (StoreError is raised:
+    the settings page). False when the project already has ``MAX_KEYS`` other keys."""
+    active = [r for r in _latest(project_id) if not r["removed"]]
+    if not any(r["key"] == key for r in active):
+        if len(active) >= MAX_KEYS:
+            return False
+        stamp = time.time_ns()
+        _write(project_id, key, declared_at_ns=stamp, ready=0, removed=0, version=stamp)
+        log.info("project %s: attribute key %r declared for the index", project_id, key)
     with _known_lock:
-        _known[(project_id, key)] = now + KNOWN_SECONDS
+        _known[(project_id, key)] = time.monotonic() + KNOWN_SECONDS
     return True
 
 

@@ -278,13 +278,12 @@ def variants_compare(*, project_id: int, start: datetime, end: datetime, key: st
         r = reads_concurrently(figures=lambda: _figures_read(params, hosts=True), gpu=lambda: _gpu_samples(params))
         (fig_rows, score_rows) = r["figures"]
         gpu_rows = _gpu_figures(r["gpu"], fig_rows, hosts)
+        # The window has GPU samples: index the hosts too. The hosts come from the index only once
+        # ``host.name`` is ready, so a project whose spans never name a host still needs it declared
+        # (its backfill writes no row), or every such read would scan the spans for them.
+        attribute_index.key_declare(project_id=project_id, key=HOST_KEY)
     else:
         (fig_rows, score_rows), gpu_rows = _figures_read(params), {}
-    if hosts:
-        # The window has GPU samples: index the hosts too. The assignment reads the index only when
-        # both keys are ready, so a project whose spans never name a host still needs it declared
-        # (its backfill writes no row), or every such read would scan the spans.
-        attribute_index.key_declare(project_id=project_id, key=HOST_KEY)
     empty = {"requests": 0, "errors": 0, "output_total": 0, "cost_total": 0.0, "cost_var": 0.0, "e2e_q": [0, 0, 0],
              "ttft_n": 0, "ttft_p95": 0, "tpot_n": 0, "tpot_p95": 0, "e2e_sample": [], "ttft_sample": [], "tpot_sample": []}
     rows = [fig_rows.get(v, empty) for v in values]

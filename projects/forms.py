@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django import forms
 
+from analytics.attribute_index import MAX_KEY
+
 from .models import RETENTION_DAYS_MAX, RETENTION_DAYS_MIN
 from .services import NAME_MAX_LENGTH
 
@@ -45,11 +47,5 @@ class ProjectCreateForm(_Form):
 
 class IndexKeyForm(_Form):
     id_prefix = "index"
-    key = forms.CharField(label="Attribute key", max_length=256,  # analytics.attribute_index.MAX_KEY
+    key = forms.CharField(label="Attribute key", max_length=MAX_KEY,  # stripped; required: never empty
                           help_text="A span or resource attribute that names a group, e.g. user.tier or llm.quantization.")
-
-    def clean_key(self):
-        key = self.cleaned_data["key"].strip()
-        if not key:
-            raise forms.ValidationError("Name an attribute key.")
-        return key

@@ -22,6 +22,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from analytics import attribute_index
+from store.errors import StoreError
+
 from . import selectors, services
 from .scope import SESSION_KEY, current_project
 from .forms import ApiKeyCreateForm, IndexKeyForm, MemberAddForm, ProjectCreateForm, RetentionForm
@@ -72,9 +75,6 @@ def key_snippets(*, base_url: str, raw_key: str) -> dict[str, str]:
 def _indexed_keys(project) -> tuple[list, str]:
     """The project's indexed attribute keys (analytics.attribute_index), or why they cannot be shown:
     they live in ClickHouse, and the rest of this page must render while it is down."""
-    from analytics import attribute_index
-    from store.errors import StoreError
-
     try:
         return attribute_index.indexed_keys(project_id=project.pk), ""
     except StoreError as exc:
@@ -106,10 +106,8 @@ def _render(request, project, *, status=200, retention_form=None, key_form=None,
             "index_form": index_form or IndexKeyForm(),
             "index_error": index_error,
         })
-        from analytics.attribute_index import MAX_KEYS
-
         context["indexed_keys"], context["indexed_keys_unavailable"] = _indexed_keys(project)
-        context["index_max_keys"] = MAX_KEYS
+        context["index_max_keys"] = attribute_index.MAX_KEYS
     if new_key is not None:
         key, raw = new_key
         context["new_key"] = {"key": key, "raw": raw, "base_url": _base_url(request),
@@ -232,23 +230,18 @@ def project_create(request):
 def index_key_add(request):
     """Declare an attribute key for the project's attribute index (what a grouped chart, the Variants
     view or a grouped rule does on first use): it is backfilled within a minute, then read."""
-    from analytics import attribute_index
-    from store.errors import StoreError
-
     project = _project_or_404(request)
     form = IndexKeyForm(request.POST)
     if form.is_valid():
         key = form.cleaned_data["key"]
         try:
-            known = {k.key for k in attribute_index.indexed_keys(project_id=project.pk)}
+            added = attribute_index.key_add(project_id=project.pk, key=key)
         except StoreError as exc:
             form.add_error(None, f"ClickHouse did not answer ({exc.__class__.__name__}); nothing was changed.")
         else:
-            if key not in known and len(known) >= attribute_index.MAX_KEYS:
+            if not added:
                 form.add_error("key", f"This project already indexes {attribute_index.MAX_KEYS} keys, the most it may:"
                                       " remove one first.")
-            elif not attribute_index.key_declare(project_id=project.pk, key=key):
-                form.add_error(None, "ClickHouse refused the declaration; nothing was changed.")
             else:
                 messages.success(request, f"Indexing “{key}”: its backfill runs within a minute; until it is done,"
                                           " reads scan the spans.")
@@ -260,9 +253,6 @@ def index_key_add(request):
 @require_POST
 def index_key_remove(request):
     """Stop indexing a key and delete its index rows (reads grouped by it scan the spans again)."""
-    from analytics import attribute_index
-    from store.errors import StoreError
-
     project = _project_or_404(request)
     key = request.POST.get("key", "")
     try:
