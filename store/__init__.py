@@ -2,13 +2,14 @@
 
 from .backends import Result
 from .client import Store, get_store, set_store, store_from_settings
-from .errors import DataDirLocked, StoreAuthError, StoreError, StoreTimeout, StoreUnavailable
+from .errors import DataDirLocked, StoreAuthError, StoreBusy, StoreError, StoreTimeout, StoreUnavailable
 
 __all__ = [
     "DataDirLocked",
     "Result",
     "Store",
     "StoreAuthError",
+    "StoreBusy",
     "StoreError",
     "StoreTimeout",
     "StoreUnavailable",

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import msgspec
 
-from .errors import DataDirLocked, StoreAuthError, StoreError, StoreTimeout, StoreUnavailable
+from .errors import DataDirLocked, StoreAuthError, StoreBusy, StoreError, StoreTimeout, StoreUnavailable, query_error
 
 log = logging.getLogger("tracedash.store")
 
@@ -269,7 +269,7 @@ class EmbeddedBackend:
                     result = conn.query(sql, fmt, params=params) if params else conn.query(sql, fmt)
                     return result.bytes()  # copied out before the connection serves another call
                 except Exception as exc:
-                    raise StoreError(str(exc).strip(), tag=tag, code=_error_code(str(exc))) from exc
+                    raise query_error(str(exc).strip(), tag=tag, code=_error_code(str(exc))) from exc
         finally:
             with self._state:
                 self._active -= 1
@@ -566,16 +566,16 @@ class NativeBackend:
                 client.disconnect()
                 raise StoreAuthError(f"ClickHouse at {where} refused the login of user {self.url.user!r} ({text}): "
                                      "check the user and password of the ClickHouse URL", tag=tag, code=code) from exc
-            raise StoreError(text, tag=tag, code=code) from exc
+            raise query_error(text, tag=tag, code=code) from exc
 
     def _call(self, sql, params, tag, **kwargs):
         # Reads and DDL: one bounded retry, on network errors only (a server restart drops idle
-        # connections). Not on a timeout (resending a slow query doubles the wait) nor a refused
-        # login. Inserts never come through here: they are not resent blindly.
+        # connections). Not on a timeout (resending a slow query doubles the wait), a busy server
+        # nor a refused login. Inserts never come through here: they are not resent blindly.
         with self._pool.lent() as client:
             try:
                 return self._execute(client, sql, params, tag, **kwargs)
-            except (StoreTimeout, StoreAuthError):
+            except (StoreTimeout, StoreAuthError, StoreBusy):
                 raise
             except StoreUnavailable:  # the client disconnected itself; it connects again for this
                 return self._execute(client, sql, params, tag, **kwargs)

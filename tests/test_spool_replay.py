@@ -246,3 +246,52 @@ def test_no_room_for_a_group_manifest_replays_one_segment_per_insert(tmp_path, p
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
     assert stored_rows(project.pk) == sum(map(len, batches))
+
+
+class BusyStore(Store):
+    """The real store, except that its next ``busy`` replay inserts meet ClickHouse's "not now"
+    answer (built by the store's own classification of the error ClickHouse sends)."""
+
+    def __init__(self, backend, busy: int):
+        super().__init__(backend)
+        self.busy = busy
+
+    def insert(self, table, rows, *, tag, dedup_token=None):
+        if tag == REPLAY_TAG and self.busy:
+            self.busy -= 1
+            raise store.errors.query_error("Code: 241. DB::Exception: Memory limit (total) exceeded: would use "
+                                           "3.50 GiB (attempt to allocate chunk of 4194304 bytes)", tag=tag, code=241)
+        return super().insert(table, rows, tag=tag, dedup_token=dedup_token)
+
+
+def test_a_real_memory_limit_error_is_a_busy_store_not_a_refusal():
+    """ClickHouse's own answer to a query over its memory limit is classified as "not now"."""
+    with pytest.raises(store.StoreBusy) as caught:
+        get_store().query("SELECT groupArray(number) FROM numbers(10000000) SETTINGS max_memory_usage = 1000000",
+                          tag="tests.busy")
+    assert caught.value.code == 241
+    with pytest.raises(store.StoreError) as refused:  # a bad query stays a plain error
+        get_store().query("SELECT no_such_function(1)", tag="tests.refused")
+    assert not isinstance(refused.value, StoreUnavailable) and refused.value.code == 46
+
+
+def test_a_busy_clickhouse_never_quarantines_a_segment(tmp_path, project_with_key):
+    """Acknowledged rows that ClickHouse cannot take for now (memory, parts, queries) wait in the
+    spool however often that happens: only a refusal of the data itself counts toward quarantine."""
+    project, _ = project_with_key()
+    spool = Spool(tmp_path / "slot-0", max_bytes=10**8)
+    writer = idle_writer(spool)
+    batches = [rows_for(project.pk) for _ in range(2)]
+    spool.append("spans", "busy-solo", batches[0])  # replayed alone
+    spool.append("spans", "busy-group", batches[1], solo=False)
+    previous = store.set_store(BusyStore(get_store().backend, busy=3 * MAX_SEGMENT_REFUSALS))
+    try:
+        for _ in range(3 * MAX_SEGMENT_REFUSALS):
+            assert writer.replay(spool) is False  # waits, like an outage
+        assert writer.stats["segments_quarantined"] == 0 and spool.pending() == 2
+        assert writer.replay(spool) is True
+    finally:
+        store.set_store(previous)
+        writer.stop()
+    assert not (tmp_path / "slot-0" / "quarantine").exists()
+    assert stored_rows(project.pk) == sum(map(len, batches))
