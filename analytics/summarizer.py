@@ -4,9 +4,11 @@ DOMAIN.md) from the raw spans, incrementally, computing the figures in ClickHous
 Each run, per project, finds the traces that received spans since the last run (``ingested_at``
 is stamped by ClickHouse at insert; a minmax index finds them without reading the column). Of
 those, it keeps the traces whose spans' digest (a hash of every stored copy's span id and
-``ingested_at``) differs from their latest summary's, and writes their summaries with one
-``INSERT … SELECT`` (``analytics.summary_sql``: deduplication, tree, exclusive phase time, TTFT,
-tokens, cost with the project's price table) under a new ``version``: no span leaves ClickHouse.
+``ingested_at``) differs from their latest summary's, and writes their summaries (deduplication,
+tree, exclusive phase time, TTFT, tokens, cost with the project's price table) under a new
+``version``, with the engine ``TRACEDASH_SUMMARY_ENGINE`` names: ``arrays`` (the default: one
+columnar read of the spans' copies, the figures in numpy, ``analytics.summary_arrays``) or ``sql``
+(one ``INSERT … SELECT``, ``analytics.summary_sql``: no span leaves ClickHouse).
 A trace that grows later is summarised again and the newer row wins. The run re-reads an overlap
 before its watermark, because an insert that began before the previous run (so its
 ``ingested_at`` lies before the watermark) may have become visible only after it; the digest
@@ -33,7 +35,7 @@ from ingest.services import traces_group
 from store import get_store
 
 from .prices import prices_for_project
-from analytics import attribute_index, summary_sql
+from analytics import attribute_index, summary_arrays, summary_sql
 
 from analytics.trace_math import PHASES, Tree, trace_summarize
 
@@ -186,6 +188,7 @@ _SPAN_FILTER = ("start_time >= fromUnixTimestamp64Nano({lo_ns:Int64}) "
                 "AND start_time <= fromUnixTimestamp64Nano({hi_ns:Int64})")
 _DIGESTS_SQL = summary_sql.span_digests_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
 _INSERT_SQL = summary_sql.summary_insert_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
+_SPANS_SQL = summary_arrays.spans_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
 _INSERT_ONE_THREAD_SQL = summary_sql.summary_insert_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER, threads=1)
 # The declared attribute keys each summarised trace carries (analytics.attribute_index).
 _INDEX_SQL = attribute_index.traces_index_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
@@ -197,6 +200,22 @@ SELECT trace_id, toUnixTimestamp64Nano(start_time) AS start_ns, span_count
 FROM traces_by_start
 WHERE project_id = {{project_id:UInt64}} AND {_SPAN_FILTER} AND version = {{version:UInt64}} AND {_TRACE_FILTER}
 """
+
+
+def _write(store, params: dict, batch: list[dict], *, prices, project_id: int, version: int) -> list[dict]:
+    """Write the summaries of the traces ``params`` names with the configured engine
+    (``TRACEDASH_SUMMARY_ENGINE``); returns each one's ``trace_id``, ``start_ns`` and ``span_count``."""
+    if settings.TRACEDASH_SUMMARY_ENGINE == "arrays":
+        spans = store.query_arrow(_SPANS_SQL, params, tag="analytics.summarizer.spans")
+        rows = summary_arrays.traces_from_spans(spans, project_id=project_id, version=version, prices=prices)
+        store.insert("traces", rows, tag="analytics.summarizer.write", defaulted=summary_arrays.DEFAULTED)
+        return [{"trace_id": r["trace_id"], "start_ns": r["start_time"], "span_count": r["span_count"]} for r in rows]
+    # A small batch (an incremental run's) on one thread: half the CPU; a large one (a backlog,
+    # a rebuild) on all of them: the same CPU, sooner.
+    counts = [t.get("spans") for t in batch]
+    small = None not in counts and sum(int(c) for c in counts) <= settings.TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS
+    store.command(_INSERT_ONE_THREAD_SQL if small else _INSERT_SQL, params, tag="analytics.summarizer.write")
+    return store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
 
 
 def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
@@ -241,14 +260,9 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
             hi = max([int(t["last_ns"]) for t in batch if t["trace_id"] in changed]
                      + [int(p["spans_end_ns"]) for t, p in previous.items() if t in changed])
             params.update(trace_ids=",".join(ids), lo_ns=lo, hi_ns=hi)
-        # A small batch (an incremental run's) on one thread: half the CPU; a large one (a backlog,
-        # a rebuild) on all of them: the same CPU, sooner.
-        counts = [t.get("spans") for t in batch]
-        small = None not in counts and sum(int(c) for c in counts) <= settings.TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS
-        store.command(_INSERT_ONE_THREAD_SQL if small else _INSERT_SQL, params, tag="analytics.summarizer.write")
+        rows = _write(store, params, batch, prices=prices, project_id=project_id, version=version)
         if keys:
             store.command(_INDEX_SQL, params, tag="analytics.summarizer.index")
-        rows = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
         dirty = set()
         moved: list[tuple[str, int]] = []
         for row in rows:

@@ -65,7 +65,8 @@ _KNOWN_PHASES = ", ".join(f"'{name}'" for name in PHASES)
 # The digest of a trace's stored span copies (``spans_digest``): it changes when a copy is added
 # (a late or re-sent span) or merged away; the price table's hash is added to the trace's sum, so a
 # new price table changes it too.
-DIGEST_SQL = "sum(cityHash64(span_id, ingested_at))"
+SPAN_HASH_SQL = "cityHash64(span_id, ingested_at)"  # one stored copy's part of the digest
+DIGEST_SQL = f"sum({SPAN_HASH_SQL})"
 _PRICES_HASH = "cityHash64({prices:String})"
 
 

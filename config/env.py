@@ -93,6 +93,7 @@ class Env:
     port: int
     alerts_evaluate_seconds: float
     summarize_seconds: float
+    summary_engine: str
     rollup_seconds: float
     rollup_late_seconds: int
     rollup_late_every_seconds: int
@@ -146,6 +147,14 @@ def _positive_int(environ, name: str, default: int, *, minimum: int = 1, maximum
     if not minimum <= value <= maximum:
         raise ConfigError(name, f"expected a number from {minimum} to {maximum}, got {value}")
     return value
+
+
+def _choice(environ, name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (the first is the default)."""
+    raw = (_get(environ, name) or choices[0]).lower()
+    if raw not in choices:
+        raise ConfigError(name, f"expected {' or '.join(choices)}, got {raw!r}")
+    return raw
 
 
 def _flag(environ, name: str, default: str = "0") -> bool:
@@ -388,6 +397,7 @@ def load(environ=None) -> Env:
         port=_positive_int(environ, "PORT", 8000, maximum=65535),
         alerts_evaluate_seconds=float(_positive_int(environ, "TRACEDASH_ALERTS_EVALUATE_SECONDS", 5, maximum=3600)),
         summarize_seconds=float(_positive_int(environ, "TRACEDASH_SUMMARIZE_SECONDS", 2, maximum=3600)),
+        summary_engine=_choice(environ, "TRACEDASH_SUMMARY_ENGINE", ("arrays", "sql")),
         rollup_seconds=float(_positive_int(environ, "TRACEDASH_ROLLUP_SECONDS", 10, maximum=3600)),
         rollup_late_seconds=_positive_int(environ, "TRACEDASH_ROLLUP_LATE_SECONDS", 600, minimum=0, maximum=7 * 86400),
         rollup_late_every_seconds=_positive_int(environ, "TRACEDASH_ROLLUP_LATE_EVERY_SECONDS", 300, minimum=0,

@@ -290,6 +290,14 @@ class EmbeddedBackend:
     def command(self, sql: str, params: dict | None, tag: str) -> None:
         self._run(sql, params, "CSV", tag)
 
+    def query_arrow(self, sql: str, params: dict | None, tag: str):
+        """A read as a ``pyarrow.Table``: ClickHouse writes Arrow and the columns are read in place
+        (no value passes through Python objects)."""
+        import pyarrow as pa
+
+        raw = self._run(sql, params, "Arrow", tag)
+        return pa.ipc.open_file(pa.py_buffer(raw)).read_all()
+
     def settled_until_ns(self, table: str) -> int:
         """A time (unix ns, ClickHouse's clock: the process's own) before which every row this store
         will ever stamp into ``table``'s ``ingested_at`` (``DEFAULT now64``) is already visible:
@@ -587,6 +595,20 @@ class NativeBackend:
 
     def command(self, sql: str, params: dict | None, tag: str) -> None:
         self._call(sql, params or None, tag)
+
+    def query_arrow(self, sql: str, params: dict | None, tag: str):
+        """A read as a ``pyarrow.Table``, built from the driver's columns (numbers and strings; a
+        column of another type comes as Arrow infers it from the driver's Python values)."""
+        import pyarrow as pa
+
+        columns, meta = self._call(sql, params or {}, tag, with_column_types=True, columnar=True)
+        if not meta:
+            return pa.table({})
+        arrays = []
+        for (name, ch_type), values in zip(meta, columns or [[] for _ in meta]):
+            scalar = _ARROW_SCALARS.get(_unwrap(ch_type))
+            arrays.append(pa.array(list(values), type=getattr(pa, scalar)() if scalar else None))
+        return pa.Table.from_arrays(arrays, names=[name for name, _ in meta])
 
     def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str,
                dedup_token: str | None = None) -> None:

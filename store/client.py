@@ -125,16 +125,26 @@ class Store:
         self._timed("read", tag, started)
         return result
 
+    def query_arrow(self, sql: str, params: Mapping | None = None, *, tag: str):
+        """Run a read and return its columns as a ``pyarrow.Table`` (for columnar work in numpy:
+        no row passes through Python objects on the embedded store)."""
+        started = time.perf_counter()
+        result = self.backend.query_arrow(tag_comment(tag) + sql, dict(params) if params else None, tag)
+        self._timed("read", tag, started)
+        return result
+
     def command(self, sql: str, params: Mapping | None = None, *, tag: str) -> None:
         """Run a statement that returns nothing (DDL, ALTER, TRUNCATE)."""
         started = time.perf_counter()
         self.backend.command(tag_comment(tag) + sql, dict(params) if params else None, tag)
         self._timed("write", tag, started)
 
-    def insert(self, table: str, rows: Sequence[Mapping], *, tag: str, dedup_token: str | None = None) -> int:
+    def insert(self, table: str, rows: Sequence[Mapping], *, tag: str, dedup_token: str | None = None,
+               defaulted: Sequence[str] = ()) -> int:
         """Insert many rows in one statement. ``rows`` are mappings holding every insert column of
-        the table; DateTime64 values are integer nanoseconds since the epoch. A ``dedup_token``
-        (letters, digits, - and _) makes ClickHouse store a re-sent batch once."""
+        the table (and the columns with a DEFAULT named in ``defaulted``); DateTime64 values are
+        integer nanoseconds since the epoch. A ``dedup_token`` (letters, digits, - and _) makes
+        ClickHouse store a re-sent batch once."""
         if dedup_token is not None and not _TOKEN.match(dedup_token):
             raise StoreError(f"bad dedup token {dedup_token!r}", tag=tag)
         if not rows:
@@ -142,7 +152,7 @@ class Store:
         spec = TABLES.get(table)
         if spec is None:
             raise StoreError(f"unknown table {table!r}; known: {', '.join(TABLES)}", tag=tag)
-        columns = spec.insert_columns
+        columns = spec.insert_columns + tuple(c for c in spec.columns if c.default and c.name in defaulted)
         started = time.perf_counter()
         try:
             self.backend.insert(table, [c.name for c in columns], [c.type for c in columns], rows, tag, dedup_token)

@@ -11,7 +11,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from analytics import summary_sql
+from analytics import summary_arrays, summary_sql
 from analytics.trace_math import PHASES, trace_summarize
 from store import get_store
 
@@ -132,6 +132,17 @@ def assert_same(want, got, trace_id):
                              else have), (trace_id, name, value, have)
 
 
+def summarize_arrays(trace_ids, version=1):
+    store = get_store()
+    params = {"project_id": PROJECT, "prices": summary_sql.prices_json(PRICES), "ids": ",".join(trace_ids)}
+    table = store.query_arrow(summary_arrays.spans_sql(trace_filter=_IDS_FILTER), params, tag="tests.summary_sql.spans")
+    rows = summary_arrays.traces_from_spans(table, project_id=PROJECT, version=version, prices=PRICES)
+    store.insert("traces", rows, tag="tests.summary_sql.summarize", defaulted=summary_arrays.DEFAULTED)
+
+
+_IDS_FILTER = "trace_id IN (SELECT arrayJoin(splitByChar(',', {ids:String})))"
+
+
 def summarize_sql(trace_ids, version=1, settings=""):
     store = get_store()
     sql = summary_sql.summary_insert_sql(trace_filter="trace_id IN (SELECT arrayJoin(splitByChar(',', {ids:String})))")
@@ -161,9 +172,33 @@ _CYCLE = [_span(1, 3, "network", 0), _span(2, 1, "network", 5000), _span(3, 1, "
 @given(traces=st.lists(a_trace(), min_size=1, max_size=4))
 @example(traces=[(_CYCLE, [])])
 def test_clickhouse_summaries_equal_the_reference(traces):
+    _summaries_equal_the_reference(traces, summarize_sql)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                      HealthCheck.too_slow])
+@given(traces=st.lists(a_trace(), min_size=1, max_size=4))
+@example(traces=[(_CYCLE, [])])
+def test_array_summaries_equal_the_reference(traces):
+    """The numpy engine (analytics.summary_arrays) over the same random trees."""
+    _summaries_equal_the_reference(traces, summarize_arrays)
+
+
+def _summaries_equal_the_reference(traces, summarize):
     import time
 
     base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    store = get_store()
+    # A merge may fold a re-sent copy into the first between the summary and the digest read below
+    # (which would change the digest): no merges while this example runs.
+    store.command("SYSTEM STOP MERGES spans", tag="tests.summary_sql.merges")
+    try:
+        _summarise_and_compare(traces, summarize, base_ns)
+    finally:
+        store.command("SYSTEM START MERGES spans", tag="tests.summary_sql.merges")
+
+
+def _summarise_and_compare(traces, summarize, base_ns):
     store = get_store()
     ids, first, again = [], [], []
     for spans, resend in traces:
@@ -174,11 +209,19 @@ def test_clickhouse_summaries_equal_the_reference(traces):
     store.insert("spans", first, tag="tests.summary_sql.spans")
     if again:
         store.insert("spans", again, tag="tests.summary_sql.resend")  # a second copy, counted once
-    summarize_sql(ids)
+    summarize(ids)
     got = computed(ids)
     assert set(got) == set(ids)
     for trace_id, (spans, _) in zip(ids, traces):
         assert_same(expected(spans, base_ns), got[trace_id], trace_id)
+    digests = store.query(summary_sql.span_digests_sql(trace_filter=_IDS_FILTER),
+                          {"project_id": PROJECT, "prices": summary_sql.prices_json(PRICES), "ids": ",".join(ids)},
+                          tag="tests.summary_sql.digests").dicts()
+    assert {d["digest"] for d in digests} and {d["trace_id"]: int(d["digest"]) for d in digests} == {
+        t: int(got[t]["spans_digest"]) for t in ids}  # what the next run compares to skip an unchanged trace
+
+
+ENGINES = {"sql": summarize_sql, "arrays": summarize_arrays}
 
 
 def test_a_trace_that_grows_is_summarised_again_and_an_unchanged_one_is_not():
@@ -217,7 +260,8 @@ def test_a_trace_that_grows_is_summarised_again_and_an_unchanged_one_is_not():
     assert_same(expected([root, call], base_ns), computed([trace_id])[trace_id], trace_id)
 
 
-def test_load_test_traffic_is_marked_on_the_summary():
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_load_test_traffic_is_marked_on_the_summary(engine):
     import time
 
     base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
@@ -227,7 +271,7 @@ def test_load_test_traffic_is_marked_on_the_summary():
     tagged = dict(_row(PROJECT, "e" * 32, span, base_ns), attributes={"loadtest.run_id": "r1", "loadtest.step": "2"})
     plain = _row(PROJECT, "f" * 32, span, base_ns)
     get_store().insert("spans", [tagged, plain], tag="tests.summary_sql.spans")
-    summarize_sql(["e" * 32, "f" * 32])
+    ENGINES[engine](["e" * 32, "f" * 32])
     rows = computed(["e" * 32, "f" * 32])
     assert rows["e" * 32]["loadtest"] == 1 and rows["f" * 32]["loadtest"] == 0
 
@@ -243,7 +287,8 @@ _CHAT_HTTP = dict(_CHAT_ROOT, span_id="3" * 16, parent_span_id="2" * 16, name="P
                   phase_fallback=1, start_ns=150_000, duration_ns=700_000)
 
 
-def test_a_fallback_span_beneath_a_model_call_is_inference_even_when_it_arrives_first():
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_a_fallback_span_beneath_a_model_call_is_inference_even_when_it_arrives_first(engine):
     """OpenLIT's (and httpx auto-instrumentation's) HTTP span beneath an LLM span says nothing of its
     phase: the HTTP client rule makes it network, but it is the model call's time. It is exported
     before its parent (it ends first), so the summary decides, not the ingest; a span that states
@@ -259,11 +304,11 @@ def test_a_fallback_span_beneath_a_model_call_is_inference_even_when_it_arrives_
     trace_id = "9" * 32
     store = get_store()
     store.insert("spans", [_row(PROJECT, trace_id, s, base_ns) for s in (http, connect)], tag="tests.summary_sql.first")
-    summarize_sql([trace_id])
+    ENGINES[engine]([trace_id])
     early = computed([trace_id])[trace_id]
     assert early["network_ns"] == 600_000 and early["inference_ns"] == 0, "no model call above yet: network"
     store.insert("spans", [_row(PROJECT, trace_id, s, base_ns) for s in (root, call, stated)], tag="tests.summary_sql.later")
-    summarize_sql([trace_id])
+    ENGINES[engine]([trace_id])
     row = computed([trace_id])[trace_id]
     assert_same(expected([root, call, http, connect, stated], base_ns), row, trace_id)
     assert row["inference_ns"] == 800_000 - 30_000 and row["network_ns"] == 30_000 and row["other_ns"] == 200_000

@@ -1,0 +1,394 @@
+"""Per-trace summaries from one columnar read of the spans, computed in numpy.
+
+``analytics.summary_sql`` computes every figure inside ClickHouse with one ``INSERT … SELECT``.
+Its per-trace aggregates (``argMin`` of tuples, ``sumMap`` by model) and its array stages (a few
+dozen lambdas per trace) cost about 13 µs of CPU a span on one thread, and its analysis ~140 ms a
+statement, every summariser run (``bench/summary_engines.py``). Here ClickHouse does what it does
+cheaply — one copy per span (the newest, ``argMax`` by ``ingested_at``), the digest of the copies,
+the price table's estimates, sorted by trace and (start, span id) — and returns those rows as Arrow;
+numpy then computes the same figures for all the traces of the batch at once, with sorts, cumulative
+sums and per-trace reductions over flat arrays (no Python loop over spans or traces), and the rows
+are inserted as the writer inserts spans.
+
+It follows ``summary_sql`` (and so ``trace_math``, the reference) step by step; the property test
+(tests/test_summary_sql.py) requires both engines to give the reference's figures on random trees:
+
+1. **Per-trace figures**: the first span of a trace in (start, span id) order names it; the root is
+   the parentless span of the longest duration (then the earliest, then the least id); the first
+   error's message, the first model call's model and TTFT, sums of tokens and cost, per-model sums
+   (``model_*`` maps: those with a non-zero value), the distinct services, models and phases.
+2. **Exclusive phase time**: each span's children, clipped to it, leave its own (uncovered) time;
+   that self time, clipped to the root, carries the span's priority (inference > network >
+   preprocess > postprocess > other, the root's own time below every other span's); with ``L(k)``
+   the time covered by self time of priority >= k, a phase gets ``L(k) - L(k+1)`` for its two
+   priorities. A span whose phase came from the fallback rules and whose chain of such parents ends
+   at a model call counts as inference (pointer jumping: ``a = a[a]``).
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analytics import summary_sql
+from analytics.trace_math import INHERIT_DEPTH
+
+PHASES = summary_sql.PHASES
+_INFERENCE = 5  # summary_sql's priority of inference
+_ROOT_BONUS = 5
+_JUMPS = INHERIT_DEPTH.bit_length() - 1  # a chain is followed at most INHERIT_DEPTH spans up
+
+
+def spans_sql(*, trace_filter: str, span_filter: str = "1") -> str:
+    """Every stored copy of the spans of the traces ``trace_filter`` selects, with the columns
+    ``traces_from_spans`` reads: a plain read, no aggregation and no sort (both are cheaper in
+    numpy over these columns than in ClickHouse over the rows: ``bench/summary_engines.py``).
+    Parameters: ``project_id``, ``prices`` (``summary_sql.prices_json``, for the digest) and
+    whatever the filters name."""
+    return f"""
+SELECT toString(trace_id) AS trace_id, toString(span_id) AS sid, toString(parent_span_id) AS parent,
+    toString(name) AS name, toString(phase) AS raw_phase, toString(service) AS service, toString(model) AS model,
+    toInt64(toUnixTimestamp64Nano(start_time)) AS st, toInt64(duration_ns) AS dur,
+    toUInt8(status = 'error') AS error, toString(status_message) AS status_message,
+    toUInt8(ttft_ns IS NOT NULL) AS has_ttft, toInt64(ifNull(ttft_ns, 0)) AS ttft,
+    toUInt64(ifNull(input_tokens, 0)) AS input_tokens, toUInt64(ifNull(output_tokens, 0)) AS output_tokens,
+    toUInt8(cost_usd IS NOT NULL) AS has_cost, toFloat64(ifNull(cost_usd, 0)) AS cost,
+    toUInt8(loadtest_run_id != '') AS loadtest, toUInt8(phase_fallback) AS fallback, toUInt8(cache) AS cache_state,
+    {summary_sql.SPAN_HASH_SQL} AS h, toInt64(toUnixTimestamp64Nano(ingested_at)) AS ingested,
+    cityHash64({{prices:String}}) AS prices_hash
+FROM spans
+WHERE project_id = {{project_id:UInt64}} AND ({trace_filter}) AND ({span_filter})
+SETTINGS max_threads = 1
+"""
+
+
+# ``traces`` columns with a DEFAULT that the rows supply all the same (Store.insert's ``defaulted``)
+DEFAULTED = ("spans_digest", "loadtest")
+
+
+def _np(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy()
+
+
+def _group_sum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per group sums of ``values`` (groups contiguous, every one non-empty, ``starts`` their first
+    indexes)."""
+    return np.add.reduceat(values, starts) if len(values) else np.zeros(0, dtype=values.dtype)
+
+
+def _first_where(mask: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group, the index of its first row where ``mask`` holds, or -1 (rows sorted by group)."""
+    first = np.full(n_groups, -1, dtype=np.int64)
+    rows = np.flatnonzero(mask)
+    if len(rows):
+        groups, at = np.unique(group[rows], return_index=True)
+        first[groups] = rows[at]
+    return first
+
+
+def _pick(array: pa.Array, index: np.ndarray, default):
+    """``array[index]`` as Python values, ``default`` where the index is -1."""
+    taken = array.take(pa.array(np.where(index >= 0, index, 0))).to_pylist()
+    return [value if i >= 0 else default for value, i in zip(taken, index.tolist())]
+
+
+def _distinct_sorted(values: pa.ChunkedArray, group: np.ndarray, n_groups: int) -> list[list[str]]:
+    """Per group, the sorted distinct non-empty strings of ``values``."""
+    encoded = pc.dictionary_encode(values.combine_chunks())
+    words = encoded.dictionary.to_pylist()
+    out: list[list[str]] = [[] for _ in range(n_groups)]
+    if not words:
+        return out
+    width = len(words)
+    ordered = sorted(range(width), key=words.__getitem__)  # codes in the strings' order
+    rank = np.empty(width, dtype=np.int64)
+    rank[ordered] = np.arange(width)
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    keep = np.array([w != "" for w in words], dtype=bool)[codes]
+    pairs = np.unique(group[keep] * width + rank[codes[keep]])
+    sorted_words = [words[i] for i in ordered]
+    for g, r in zip((pairs // width).tolist(), (pairs % width).tolist()):
+        out[g].append(sorted_words[r])
+    return out
+
+
+def _parents(trace: np.ndarray, sid: pa.ChunkedArray, parent: pa.ChunkedArray) -> np.ndarray:
+    """Each span's parent's index among the rows (-1: no parent in its trace, or itself)."""
+    n = len(trace)
+    both = pc.dictionary_encode(pa.chunked_array(sid.chunks + parent.chunks).combine_chunks())
+    codes = both.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    width = len(both.dictionary) + 1
+    own, wanted = trace * width + codes[:n], trace * width + codes[n:]
+    order = np.argsort(own, kind="stable")
+    at = np.minimum(np.searchsorted(own[order], wanted), max(0, n - 1))
+    found = order[at] if n else at
+    ok = (own[found] == wanted) if n else np.zeros(0, dtype=bool)
+    rows = np.arange(n)
+    return np.where(ok & (found != rows), found, -1)
+
+
+def _effective_priorities(pris: np.ndarray, prio: np.ndarray, fallback: np.ndarray, par: np.ndarray) -> np.ndarray:
+    """A fallback-phase span whose chain of fallback parents ends at a model call: inference's
+    priority (summary_sql._effective_priorities, trace_math.phases_effective)."""
+    rows = np.arange(len(pris))
+    step = np.where((fallback == 1) & (par >= 0), par, rows)
+    for _ in range(_JUMPS):
+        nxt = step[step]
+        if np.array_equal(nxt, step):
+            break
+        step = nxt
+    end = step
+    lifted = (fallback == 1) & (end != rows) & (prio[end] == _INFERENCE) & ((fallback[end] == 0) | (par[end] < 0))
+    return np.where(lifted, pris - prio + _INFERENCE, pris)
+
+
+def _phase_times(trace, n_traces, st, en, par, epris, lo, hi) -> dict[str, np.ndarray]:
+    """Exclusive time per phase of every trace (rows sorted by trace)."""
+    n = len(st)
+    # children clipped to their parent
+    child = np.flatnonzero(par >= 0)
+    p = par[child]
+    ks, ke = np.maximum(st[child], st[p]), np.minimum(en[child], en[p])
+    live = ke > ks
+    p, ks, ke = p[live], ks[live], ke[live]
+    # per parent: its children's +1/-1, its own start and end (0); sorted by (parent, time, delta)
+    rows = np.arange(n)
+    ev_p = np.concatenate([p, p, rows, rows])
+    ev_t = np.concatenate([ks, ke, st, en])
+    ev_d = np.concatenate([np.ones(len(p), np.int64), -np.ones(len(p), np.int64), np.zeros(2 * n, np.int64)])
+    order = np.lexsort((ev_d, ev_t, ev_p))
+    ev_p, ev_t, ev_d = ev_p[order], ev_t[order], ev_d[order]
+    cover = np.cumsum(ev_d)
+    # a self segment: consecutive boundaries of one span with nothing of its children open between
+    a, b = ev_p[:-1], ev_p[1:]
+    own = (a == b) & (cover[:-1] == 0)
+    sp = a[own]
+    sg = trace[sp]
+    s0 = np.maximum(ev_t[:-1][own], lo[sg])
+    s1 = np.minimum(ev_t[1:][own], hi[sg])
+    pri = epris[sp]
+    keep = (s1 > s0) & (pri > 0)
+    sg, s0, s1, pri = sg[keep], s0[keep], s1[keep], pri[keep]
+    # one phase per instant: L(k), the time covered by segments of priority >= k, per trace
+    m = len(sg)
+    g_g = np.concatenate([sg, sg])
+    g_t = np.concatenate([s0, s1])
+    g_d = np.concatenate([np.ones(m, np.int64), -np.ones(m, np.int64)])
+    g_p = np.concatenate([pri, pri]).astype(np.int64)
+    order = np.lexsort((g_p, g_d, g_t, g_g))
+    g_g, g_t, g_d, g_p = g_g[order], g_t[order], g_d[order], g_p[order]
+    glen = np.zeros(len(g_t), dtype=np.int64)
+    if len(g_t):
+        same = g_g[1:] == g_g[:-1]
+        glen[:-1] = np.where(same, g_t[1:] - g_t[:-1], 0)
+    covered = {}
+    for k in range(1, 11):
+        depth = np.cumsum(np.where(g_p >= k, g_d, 0))
+        covered[k] = np.bincount(g_g, weights=np.where(depth > 0, glen, 0), minlength=n_traces).astype(np.int64) \
+            if len(g_g) else np.zeros(n_traces, dtype=np.int64)
+    covered[11] = np.zeros(n_traces, dtype=np.int64)
+    out = {}
+    for phase in PHASES:
+        k = summary_sql._PRIORITY[phase]
+        share = (covered[k] - covered[k + 1]) + (covered[k + _ROOT_BONUS] - (covered[k + _ROOT_BONUS + 1]
+                                                                           if k + _ROOT_BONUS + 1 <= 10 else 0))
+        out[phase] = np.maximum(0, share)
+    return out
+
+
+def traces_from_spans(table: pa.Table, *, project_id: int, version: int, prices=None) -> list[dict]:
+    """The ``traces`` rows (every column of ``summary_sql.COLUMNS``) of the span copies read by
+    ``spans_sql``, one per trace. ``prices``: {model: (input, output) USD per 1M tokens}, which
+    estimate the cost of a span that states tokens and no cost."""
+    # Thousands of small lists and dicts: the cyclic collector would walk them again and again
+    # while they are built (none of them can form a cycle).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _traces_from_spans(table, project_id=project_id, version=version, prices=prices or {})
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _codes(values: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Integer codes of a string column and the strings they stand for."""
+    encoded = pc.dictionary_encode(values.combine_chunks())
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
+
+
+def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) -> list[dict]:
+    if raw.num_rows == 0:
+        return []
+    # One copy per span, the newest (by ingested_at); every copy adds to its trace's digest.
+    tcode, _ = _codes(raw.column("trace_id"))
+    sid_rank = pc.rank(raw.column("sid").combine_chunks(), sort_keys="ascending", tiebreaker="dense").to_numpy()
+    order = np.lexsort((raw.column("ingested").to_numpy(), sid_rank, tcode))
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = (tcode[order][1:] != tcode[order][:-1]) | (sid_rank[order][1:] != sid_rank[order][:-1])
+    kept = order[last]
+    digest_by_code = np.zeros(int(tcode.max()) + 1, dtype=np.uint64)
+    np.add.at(digest_by_code, tcode, raw.column("h").to_numpy().astype(np.uint64))
+    # Traces together, each in (start, span id) order, as trace_math orders spans.
+    st_all = raw.column("st").to_numpy()
+    kept = kept[np.lexsort((sid_rank[kept], st_all[kept], tcode[kept]))]
+    table = raw.take(pa.array(kept))
+    n = table.num_rows
+    tcode = tcode[kept]
+    starts = np.flatnonzero(np.concatenate([[True], tcode[1:] != tcode[:-1]]))
+    n_traces = len(starts)
+    trace = np.repeat(np.arange(n_traces), np.diff(np.append(starts, n)))
+    trace_ids = table.column("trace_id")
+    st, dur = _np(table, "st"), _np(table, "dur")
+    en = st + dur
+    phase_code, phase_words = _codes(table.column("raw_phase"))
+    prio = np.array([summary_sql._PRIORITY.get(w, 1) for w in phase_words] or [1], dtype=np.int64)[phase_code]
+    error = _np(table, "error").astype(bool)
+    fallback = _np(table, "fallback").astype(np.int64)
+    has_ttft = _np(table, "has_ttft").astype(bool)
+    tin, tout = _np(table, "input_tokens"), _np(table, "output_tokens")
+    # the price table's estimate where a span states tokens and no cost (ClickHouse's arithmetic)
+    model_code, model_words = _codes(table.column("model"))
+    price_in = np.array([float(prices[m][0]) if m in prices else 0.0 for m in model_words] or [0.0])[model_code]
+    price_out = np.array([float(prices[m][1]) if m in prices else 0.0 for m in model_words] or [0.0])[model_code]
+    listed = np.array([m in prices for m in model_words] or [False])[model_code]
+    stated = _np(table, "has_cost").astype(bool)
+    priced = listed & ((tin > 0) | (tout > 0))
+    has_cost = stated | priced
+    estimate = (tin.astype(np.float64) * price_in + tout.astype(np.float64) * price_out) / 1000000
+    cost = np.where(stated, _np(table, "cost"), np.where(priced, estimate, 0.0))
+    estimated = (~stated & priced).astype(np.int64)
+    parent_col = table.column("parent")
+    parentless = (pc.equal(parent_col, "").combine_chunks()).to_numpy(zero_copy_only=False)
+    inference = prio == _INFERENCE
+
+    # the root: parentless, longest, then earliest (rows are in (start, span id) order)
+    cand = np.flatnonzero(parentless)
+    root = np.full(n_traces, -1, dtype=np.int64)
+    if len(cand):
+        order = np.lexsort((cand, -dur[cand], trace[cand]))
+        groups, at = np.unique(trace[cand][order], return_index=True)
+        root[groups] = cand[order][at]
+    has_root = root >= 0
+    min_st = np.minimum.reduceat(st, starts)
+    max_en = np.maximum.reduceat(en, starts)
+    lo = np.where(has_root, st[np.maximum(root, 0)], min_st)
+    hi = np.where(has_root, en[np.maximum(root, 0)], max_en)
+
+    # priorities: every span but the root 5 higher; beneath a model call, inference
+    is_root = np.zeros(n, dtype=bool)
+    is_root[root[has_root]] = True
+    pris = prio + np.where(is_root, 0, _ROOT_BONUS)
+    par = _parents(trace, table.column("sid"), parent_col)
+    epris = _effective_priorities(pris, prio, fallback, par)
+    phase_ns = _phase_times(trace, n_traces, st, en, par, epris, lo, hi)
+
+    span_count = np.diff(np.append(starts, n))
+    error_spans = _group_sum(error.astype(np.int64), starts)
+    calls = _group_sum(inference.astype(np.int64), starts)
+    calls_have_tokens = _group_sum((inference & ((tin > 0) | (tout > 0))).astype(np.int64), starts) > 0
+    call_in = _group_sum(np.where(inference, tin, 0).astype(np.uint64), starts)
+    call_out = _group_sum(np.where(inference, tout, 0).astype(np.uint64), starts)
+    all_in = _group_sum(tin.astype(np.uint64), starts)
+    all_out = _group_sum(tout.astype(np.uint64), starts)
+    cost_spans = _group_sum(has_cost.astype(np.int64), starts)
+    cost_sum = _group_sum(np.where(has_cost, cost, 0.0), starts)
+    estimated = np.maximum.reduceat(estimated, starts)
+    loadtest = np.maximum.reduceat(_np(table, "loadtest"), starts)
+    cache = np.maximum.reduceat(_np(table, "cache_state"), starts)
+    digest = digest_by_code[tcode[starts]] + np.uint64(raw.column("prices_hash")[0].as_py())
+
+    first_error = _first_where(error, trace, n_traces)
+    first_call = _first_where(inference, trace, n_traces)
+    first_model = _first_where(pc.not_equal(table.column("model"), "").combine_chunks().to_numpy(zero_copy_only=False),
+                               trace, n_traces)
+    first_ttft = _first_where(inference & has_ttft, trace, n_traces)
+
+    names = table.column("name").combine_chunks()
+    services = table.column("service").combine_chunks()
+    models = table.column("model").combine_chunks()
+    root_or_first = np.where(has_root, root, starts)
+    root_name = _pick(names, root_or_first, "")
+    service = _pick(services, root_or_first, "")
+    call_model = _pick(models, first_call, "")
+    any_model = _pick(models, first_model, "")
+    error_message = _pick(table.column("status_message").combine_chunks(), first_error, "")
+    trace_id_list = _pick(trace_ids.combine_chunks(), starts, "")
+    root_error = np.where(has_root, error[np.maximum(root, 0)], False)
+
+    # per model: (trace, model) sums of the five token figures and the cost
+    mcode = model_code
+    width = max(1, len(model_words))
+    key = trace * width + mcode
+    keys, slot = np.unique(key, return_inverse=True)
+    by = {name: np.bincount(slot, weights=w, minlength=len(keys)) for name, w in (
+        ("call_in", np.where(inference, tin, 0)), ("call_out", np.where(inference, tout, 0)),
+        ("all_in", tin), ("all_out", tout), ("cost", np.where(has_cost, cost, 0.0)))}
+    key_trace = (keys // width).tolist()
+    key_model = [model_words[c] for c in (keys % width).tolist()]
+    maps_in: list[dict] = [{} for _ in range(n_traces)]
+    maps_out: list[dict] = [{} for _ in range(n_traces)]
+    maps_cost: list[dict] = [{} for _ in range(n_traces)]
+    tokens_by_call = calls_have_tokens.tolist()
+    columns = {name: v.tolist() for name, v in by.items()}
+    for i, (t, m) in enumerate(zip(key_trace, key_model)):
+        v_in = int(columns["call_in"][i] if tokens_by_call[t] else columns["all_in"][i])
+        v_out = int(columns["call_out"][i] if tokens_by_call[t] else columns["all_out"][i])
+        if v_in:
+            maps_in[t][m] = v_in
+        if v_out:
+            maps_out[t][m] = v_out
+        if columns["cost"][i]:
+            maps_cost[t][m] = columns["cost"][i]
+
+    ttft_at = np.maximum(first_ttft, 0)
+    ttft_v, ttft_dur, ttft_out = _np(table, "ttft")[ttft_at], dur[ttft_at], tout[ttft_at].astype(np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.maximum(0, ttft_dur - ttft_v) / (ttft_out - 1)
+    group = trace
+    services_list = _distinct_sorted(table.column("service"), group, n_traces)
+    models_list = _distinct_sorted(table.column("model"), group, n_traces)
+    phases_list = _distinct_sorted(table.column("raw_phase"), group, n_traces)
+
+    rows = []
+    cols = {
+        "has_root": has_root.tolist(), "lo": lo.tolist(), "hi": hi.tolist(), "min_st": min_st.tolist(),
+        "max_en": max_en.tolist(), "error_spans": error_spans.tolist(), "calls": calls.tolist(),
+        "root_error": root_error.tolist(), "call_in": call_in.tolist(), "call_out": call_out.tolist(),
+        "all_in": all_in.tolist(), "all_out": all_out.tolist(), "cost_spans": cost_spans.tolist(),
+        "cost_sum": cost_sum.tolist(), "estimated": estimated.tolist(), "span_count": span_count.tolist(),
+        "digest": digest.tolist(), "loadtest": loadtest.tolist(), "cache": cache.tolist(),
+        "first_ttft": first_ttft.tolist(), "ttft": ttft_v.tolist(), "tpot": tpot.tolist(), "ttft_out": ttft_out.tolist(),
+    }
+    phase_cols = {phase: v.tolist() for phase, v in phase_ns.items()}
+    for t in range(n_traces):
+        rooted = cols["has_root"][t]
+        errors = cols["error_spans"][t]
+        has_t = cols["first_ttft"][t] >= 0
+        row = {
+            "project_id": project_id, "trace_id": trace_id_list[t], "start_time": cols["lo"][t],
+            "e2e_ns": max(0, cols["hi"][t] - cols["lo"][t]), "has_root": int(rooted),
+            "spans_start": cols["min_st"][t], "spans_end": cols["max_en"][t],
+            "root_name": root_name[t], "service": service[t],
+            "model": call_model[t] if cols["calls"][t] > 0 else any_model[t],
+            "services": services_list[t], "models": models_list[t], "phases": phases_list[t],
+            "status": ("error" if rooted and cols["root_error"][t] else "recovered" if rooted and errors
+                       else "ok" if rooted else "error" if errors else "ok"),
+            "error_message": error_message[t],
+            "ttft_ns": int(cols["ttft"][t]) if has_t else None,
+            "tpot_ns": cols["tpot"][t] if has_t and cols["ttft_out"][t] >= 2 else None,
+            "input_tokens": cols["call_in"][t] if tokens_by_call[t] else cols["all_in"][t],
+            "output_tokens": cols["call_out"][t] if tokens_by_call[t] else cols["all_out"][t],
+            "cost_usd": cols["cost_sum"][t] if cols["cost_spans"][t] > 0 else None,
+            "cost_estimated": int(cols["estimated"][t]), "span_count": cols["span_count"][t],
+            "version": version, "error_spans": errors,
+            "model_input_tokens": maps_in[t], "model_output_tokens": maps_out[t], "model_cost_usd": maps_cost[t],
+            "spans_digest": cols["digest"][t], "loadtest": int(cols["loadtest"][t]), "cache": int(cols["cache"][t]),
+        }
+        for phase in PHASES:
+            row[f"{phase}_ns"] = phase_cols[phase][t]
+        rows.append(row)
+    return rows
