@@ -209,7 +209,10 @@ def _write(store, params: dict, batch: list[dict], *, prices, project_id: int, v
         spans = store.query_arrow(_SPANS_SQL, params, tag="analytics.summarizer.spans")
         rows = summary_arrays.traces_from_spans(spans, project_id=project_id, version=version, prices=prices)
         store.insert("traces", rows, tag="analytics.summarizer.write", defaulted=summary_arrays.DEFAULTED)
-        return [{"trace_id": r["trace_id"], "start_ns": r["start_time"], "span_count": r["span_count"]} for r in rows]
+        if not len(rows):
+            return []
+        return [{"trace_id": t, "start_ns": s, "span_count": n} for t, s, n in zip(
+            rows.column("trace_id"), rows.column("start_time").tolist(), rows.column("span_count").tolist())]
     # A small batch (an incremental run's) on one thread: half the CPU; a large one (a backlog,
     # a rebuild) on all of them: the same CPU, sooner.
     counts = [t.get("spans") for t in batch]

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analytics import summary_sql
+from store import Columns
 from analytics.trace_math import INHERIT_DEPTH
 
 PHASES = summary_sql.PHASES
@@ -95,24 +96,20 @@ def _pick(array: pa.Array, index: np.ndarray, default):
     return [value if i >= 0 else default for value, i in zip(taken, index.tolist())]
 
 
-def _distinct_sorted(values: pa.ChunkedArray, group: np.ndarray, n_groups: int) -> list[list[str]]:
-    """Per group, the sorted distinct non-empty strings of ``values``."""
-    encoded = pc.dictionary_encode(values.combine_chunks())
-    words = encoded.dictionary.to_pylist()
-    out: list[list[str]] = [[] for _ in range(n_groups)]
-    if not words:
-        return out
-    width = len(words)
-    ordered = sorted(range(width), key=words.__getitem__)  # codes in the strings' order
-    rank = np.empty(width, dtype=np.int64)
-    rank[ordered] = np.arange(width)
-    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    keep = np.array([w != "" for w in words], dtype=bool)[codes]
-    pairs = np.unique(group[keep] * width + rank[codes[keep]])
-    sorted_words = [words[i] for i in ordered]
-    for g, r in zip((pairs // width).tolist(), (pairs % width).tolist()):
-        out[g].append(sorted_words[r])
-    return out
+def _distinct_sorted(values: pa.ChunkedArray, trace: np.ndarray, starts: np.ndarray) -> pa.ListArray:
+    """Per trace, the sorted distinct non-empty strings of ``values`` (rows grouped by trace), as an
+    Arrow list column."""
+    codes, words = _codes(values)
+    n_traces = len(starts)
+    ordered = sorted(range(len(words)), key=words.__getitem__)
+    rank = np.empty(len(words), dtype=np.int64)
+    rank[ordered] = np.arange(len(words))
+    keep = np.array([w != "" for w in words] or [False], dtype=bool)[codes]
+    pairs = np.unique(trace[keep] * max(1, len(words)) + rank[codes[keep]])  # sorted: by trace, then word
+    offsets = np.zeros(n_traces + 1, dtype=np.int32)
+    np.cumsum(np.bincount(pairs // max(1, len(words)), minlength=n_traces), out=offsets[1:])
+    flat = pa.array([words[i] for i in ordered] or [""], type=pa.string()).take(pa.array(pairs % max(1, len(words))))
+    return pa.ListArray.from_arrays(pa.array(offsets), flat)
 
 
 def _parents(trace: np.ndarray, sid: pa.ChunkedArray, parent: pa.ChunkedArray) -> np.ndarray:
@@ -145,6 +142,17 @@ def _effective_priorities(pris: np.ndarray, prio: np.ndarray, fallback: np.ndarr
     return np.where(lifted, pris - prio + _INFERENCE, pris)
 
 
+def _order_by(group: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """The order of rows by (group, offset): one sort of one packed number where both fit in 63
+    bits (offsets are non-negative ns within a trace), two passes otherwise."""
+    if not len(group):
+        return np.zeros(0, dtype=np.int64)
+    bits = int(offset.max()).bit_length()
+    if int(group.max()).bit_length() + bits <= 63:
+        return np.argsort((group.astype(np.int64) << bits) | offset, kind="stable")
+    return np.lexsort((offset, group))
+
+
 def _phase_times(trace, n_traces, st, en, par, epris, lo, hi) -> dict[str, np.ndarray]:
     """Exclusive time per phase of every trace (rows sorted by trace)."""
     n = len(st)
@@ -154,12 +162,14 @@ def _phase_times(trace, n_traces, st, en, par, epris, lo, hi) -> dict[str, np.nd
     ks, ke = np.maximum(st[child], st[p]), np.minimum(en[child], en[p])
     live = ke > ks
     p, ks, ke = p[live], ks[live], ke[live]
-    # per parent: its children's +1/-1, its own start and end (0); sorted by (parent, time, delta)
+    # per parent: its children's +1/-1, its own start and end (0), sorted by (parent, time); the
+    # order of boundaries at one instant changes nothing (a segment between them is empty, and one
+    # that is not starts at the last boundary of its instant, after every +1/-1 there)
     rows = np.arange(n)
     ev_p = np.concatenate([p, p, rows, rows])
     ev_t = np.concatenate([ks, ke, st, en])
     ev_d = np.concatenate([np.ones(len(p), np.int64), -np.ones(len(p), np.int64), np.zeros(2 * n, np.int64)])
-    order = np.lexsort((ev_d, ev_t, ev_p))
+    order = _order_by(ev_p, ev_t - st[ev_p])
     ev_p, ev_t, ev_d = ev_p[order], ev_t[order], ev_d[order]
     cover = np.cumsum(ev_d)
     # a self segment: consecutive boundaries of one span with nothing of its children open between
@@ -178,17 +188,22 @@ def _phase_times(trace, n_traces, st, en, par, epris, lo, hi) -> dict[str, np.nd
     g_t = np.concatenate([s0, s1])
     g_d = np.concatenate([np.ones(m, np.int64), -np.ones(m, np.int64)])
     g_p = np.concatenate([pri, pri]).astype(np.int64)
-    order = np.lexsort((g_p, g_d, g_t, g_g))
+    order = _order_by(g_g, g_t - lo[g_g])  # (trace, time): ties as above
     g_g, g_t, g_d, g_p = g_g[order], g_t[order], g_d[order], g_p[order]
     glen = np.zeros(len(g_t), dtype=np.int64)
     if len(g_t):
         same = g_g[1:] == g_g[:-1]
         glen[:-1] = np.where(same, g_t[1:] - g_t[:-1], 0)
-    covered = {}
-    for k in range(1, 11):
-        depth = np.cumsum(np.where(g_p >= k, g_d, 0))
-        covered[k] = np.bincount(g_g, weights=np.where(depth > 0, glen, 0), minlength=n_traces).astype(np.int64) \
-            if len(g_g) else np.zeros(n_traces, dtype=np.int64)
+    # open segments per priority after each boundary; the highest open one owns the time up to the
+    # next boundary, and L(k) sums the time owned by priorities >= k
+    levels = np.zeros((len(g_p), 11), dtype=np.int32)
+    levels[np.arange(len(g_p)), g_p] = g_d
+    np.cumsum(levels, axis=0, out=levels)
+    top = 10 - np.argmax((levels[:, :0:-1] > 0), axis=1)  # highest open priority (0: none)
+    top[~(levels[:, 1:] > 0).any(axis=1)] = 0
+    owned = np.bincount(g_g * 11 + top, weights=glen, minlength=n_traces * 11).reshape(n_traces, 11)
+    at_least = np.cumsum(owned[:, ::-1], axis=1)[:, ::-1].astype(np.int64)  # at_least[:, k]: priorities >= k
+    covered = {k: at_least[:, k] for k in range(1, 11)}
     covered[11] = np.zeros(n_traces, dtype=np.int64)
     out = {}
     for phase in PHASES:
@@ -199,10 +214,11 @@ def _phase_times(trace, n_traces, st, en, par, epris, lo, hi) -> dict[str, np.nd
     return out
 
 
-def traces_from_spans(table: pa.Table, *, project_id: int, version: int, prices=None) -> list[dict]:
+def traces_from_spans(table: pa.Table, *, project_id: int, version: int, prices=None) -> Columns:
     """The ``traces`` rows (every column of ``summary_sql.COLUMNS``) of the span copies read by
-    ``spans_sql``, one per trace. ``prices``: {model: (input, output) USD per 1M tokens}, which
-    estimate the cost of a span that states tokens and no cost."""
+    ``spans_sql``, one per trace, column by column (``Store.insert`` takes them as they are).
+    ``prices``: {model: (input, output) USD per 1M tokens}, which estimate the cost of a span that
+    states tokens and no cost."""
     # Thousands of small lists and dicts: the cyclic collector would walk them again and again
     # while they are built (none of them can form a cycle).
     collecting = gc.isenabled()
@@ -220,9 +236,9 @@ def _codes(values: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
 
 
-def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) -> list[dict]:
+def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) -> Columns:
     if raw.num_rows == 0:
-        return []
+        return Columns({}, 0)
     # One copy per span, the newest (by ingested_at); every copy adds to its trace's digest.
     tcode, _ = _codes(raw.column("trace_id"))
     sid_rank = pc.rank(raw.column("sid").combine_chunks(), sort_keys="ascending", tiebreaker="dense").to_numpy()
@@ -327,68 +343,51 @@ def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) 
     by = {name: np.bincount(slot, weights=w, minlength=len(keys)) for name, w in (
         ("call_in", np.where(inference, tin, 0)), ("call_out", np.where(inference, tout, 0)),
         ("all_in", tin), ("all_out", tout), ("cost", np.where(has_cost, cost, 0.0)))}
-    key_trace = (keys // width).tolist()
-    key_model = [model_words[c] for c in (keys % width).tolist()]
-    maps_in: list[dict] = [{} for _ in range(n_traces)]
-    maps_out: list[dict] = [{} for _ in range(n_traces)]
-    maps_cost: list[dict] = [{} for _ in range(n_traces)]
-    tokens_by_call = calls_have_tokens.tolist()
-    columns = {name: v.tolist() for name, v in by.items()}
-    for i, (t, m) in enumerate(zip(key_trace, key_model)):
-        v_in = int(columns["call_in"][i] if tokens_by_call[t] else columns["all_in"][i])
-        v_out = int(columns["call_out"][i] if tokens_by_call[t] else columns["all_out"][i])
-        if v_in:
-            maps_in[t][m] = v_in
-        if v_out:
-            maps_out[t][m] = v_out
-        if columns["cost"][i]:
-            maps_cost[t][m] = columns["cost"][i]
+    key_trace, key_code = keys // width, keys % width
+    by_call = calls_have_tokens[key_trace]
+    model_names = pa.array(model_words, type=pa.string())
+
+    def by_model(values: np.ndarray, arrow_type) -> pa.MapArray:
+        """A ``Map`` column: each trace's models with a non-zero value."""
+        entries = np.flatnonzero(values != 0)
+        offsets = np.zeros(n_traces + 1, dtype=np.int32)
+        np.cumsum(np.bincount(key_trace[entries], minlength=n_traces), out=offsets[1:])
+        return pa.MapArray.from_arrays(pa.array(offsets), model_names.take(pa.array(key_code[entries])),
+                                       pa.array(values[entries], type=arrow_type))
+
+    maps_in = by_model(np.where(by_call, by["call_in"], by["all_in"]).astype(np.uint64), pa.uint64())
+    maps_out = by_model(np.where(by_call, by["call_out"], by["all_out"]).astype(np.uint64), pa.uint64())
+    maps_cost = by_model(by["cost"], pa.float64())
 
     ttft_at = np.maximum(first_ttft, 0)
     ttft_v, ttft_dur, ttft_out = _np(table, "ttft")[ttft_at], dur[ttft_at], tout[ttft_at].astype(np.int64)
+    has_t = first_ttft >= 0
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.maximum(0, ttft_dur - ttft_v) / (ttft_out - 1)
-    group = trace
-    services_list = _distinct_sorted(table.column("service"), group, n_traces)
-    models_list = _distinct_sorted(table.column("model"), group, n_traces)
-    phases_list = _distinct_sorted(table.column("raw_phase"), group, n_traces)
-
-    rows = []
-    cols = {
-        "has_root": has_root.tolist(), "lo": lo.tolist(), "hi": hi.tolist(), "min_st": min_st.tolist(),
-        "max_en": max_en.tolist(), "error_spans": error_spans.tolist(), "calls": calls.tolist(),
-        "root_error": root_error.tolist(), "call_in": call_in.tolist(), "call_out": call_out.tolist(),
-        "all_in": all_in.tolist(), "all_out": all_out.tolist(), "cost_spans": cost_spans.tolist(),
-        "cost_sum": cost_sum.tolist(), "estimated": estimated.tolist(), "span_count": span_count.tolist(),
-        "digest": digest.tolist(), "loadtest": loadtest.tolist(), "cache": cache.tolist(),
-        "first_ttft": first_ttft.tolist(), "ttft": ttft_v.tolist(), "tpot": tpot.tolist(), "ttft_out": ttft_out.tolist(),
+    status = np.where(has_root & root_error, "error", np.where(has_root & (error_spans > 0), "recovered",
+                      np.where(has_root, "ok", np.where(error_spans > 0, "error", "ok"))))
+    columns = {
+        "project_id": np.full(n_traces, project_id, dtype=np.uint64), "trace_id": trace_id_list,
+        "start_time": lo, "e2e_ns": np.maximum(0, hi - lo), "has_root": has_root.astype(np.uint8),
+        "spans_start": min_st, "spans_end": max_en, "root_name": root_name, "service": service,
+        "model": [c if k > 0 else a for c, a, k in zip(call_model, any_model, calls.tolist())],
+        "services": _distinct_sorted(table.column("service"), trace, starts),
+        "models": _distinct_sorted(table.column("model"), trace, starts),
+        "phases": _distinct_sorted(table.column("raw_phase"), trace, starts),
+        "status": status.tolist(), "error_message": error_message,
+        "ttft_ns": _nullable(ttft_v, has_t), "tpot_ns": _nullable(tpot, has_t & (ttft_out >= 2)),
+        "input_tokens": np.where(calls_have_tokens, call_in, all_in),
+        "output_tokens": np.where(calls_have_tokens, call_out, all_out),
+        "cost_usd": _nullable(cost_sum, cost_spans > 0), "cost_estimated": estimated.astype(np.uint8),
+        "span_count": span_count, "version": np.full(n_traces, version, dtype=np.uint64), "error_spans": error_spans,
+        "model_input_tokens": maps_in, "model_output_tokens": maps_out, "model_cost_usd": maps_cost,
+        "spans_digest": digest, "loadtest": loadtest.astype(np.uint8), "cache": cache.astype(np.uint8),
     }
-    phase_cols = {phase: v.tolist() for phase, v in phase_ns.items()}
-    for t in range(n_traces):
-        rooted = cols["has_root"][t]
-        errors = cols["error_spans"][t]
-        has_t = cols["first_ttft"][t] >= 0
-        row = {
-            "project_id": project_id, "trace_id": trace_id_list[t], "start_time": cols["lo"][t],
-            "e2e_ns": max(0, cols["hi"][t] - cols["lo"][t]), "has_root": int(rooted),
-            "spans_start": cols["min_st"][t], "spans_end": cols["max_en"][t],
-            "root_name": root_name[t], "service": service[t],
-            "model": call_model[t] if cols["calls"][t] > 0 else any_model[t],
-            "services": services_list[t], "models": models_list[t], "phases": phases_list[t],
-            "status": ("error" if rooted and cols["root_error"][t] else "recovered" if rooted and errors
-                       else "ok" if rooted else "error" if errors else "ok"),
-            "error_message": error_message[t],
-            "ttft_ns": int(cols["ttft"][t]) if has_t else None,
-            "tpot_ns": cols["tpot"][t] if has_t and cols["ttft_out"][t] >= 2 else None,
-            "input_tokens": cols["call_in"][t] if tokens_by_call[t] else cols["all_in"][t],
-            "output_tokens": cols["call_out"][t] if tokens_by_call[t] else cols["all_out"][t],
-            "cost_usd": cols["cost_sum"][t] if cols["cost_spans"][t] > 0 else None,
-            "cost_estimated": int(cols["estimated"][t]), "span_count": cols["span_count"][t],
-            "version": version, "error_spans": errors,
-            "model_input_tokens": maps_in[t], "model_output_tokens": maps_out[t], "model_cost_usd": maps_cost[t],
-            "spans_digest": cols["digest"][t], "loadtest": int(cols["loadtest"][t]), "cache": int(cols["cache"][t]),
-        }
-        for phase in PHASES:
-            row[f"{phase}_ns"] = phase_cols[phase][t]
-        rows.append(row)
-    return rows
+    for phase in PHASES:
+        columns[f"{phase}_ns"] = phase_ns[phase]
+    return Columns(columns, n_traces)
+
+
+def _nullable(values: np.ndarray, present: np.ndarray) -> list:
+    """A Nullable column: the value where ``present``, None elsewhere."""
+    return [v if p else None for v, p in zip(values.tolist(), present.tolist())]

@@ -57,6 +57,29 @@ class Result:
         return len(self.rows)
 
 
+class Columns:
+    """Rows given column by column, for ``Store.insert``: ``{name: values}``, each a list, a numpy
+    array (numbers; datetimes as integer ns) or an Arrow array of one value per row; numpy and
+    Arrow columns reach the embedded store without passing through Python objects."""
+
+    __slots__ = ("columns", "count")
+
+    def __init__(self, columns: dict, count: int):
+        self.columns = columns
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def column(self, name: str):
+        return self.columns[name]  # KeyError: Store.insert names the missing column
+
+
+def column_values(rows, name: str):
+    """The values of column ``name`` of ``rows`` (mappings, or ``Columns``)."""
+    return rows.column(name) if isinstance(rows, Columns) else [row[name] for row in rows]
+
+
 _DT64_SCALE = re.compile(r"^DateTime64\((\d+)")
 
 
@@ -421,11 +444,22 @@ _ARROW_SCALARS = {
 }
 
 
-def _arrow_array(ch_type: str, values: list):
-    """An Arrow array for ``values`` of ClickHouse type ``ch_type`` (datetimes as integer ns)."""
+def _arrow_array(ch_type: str, values):
+    """An Arrow array for ``values`` (a list, or a numpy array of numbers) of ClickHouse type
+    ``ch_type`` (datetimes as integer ns)."""
+    import numpy as np
     import pyarrow as pa
 
+    if isinstance(values, pa.Array):
+        return values  # built by the caller in the column's shape
     base = _unwrap(ch_type)
+    if isinstance(values, np.ndarray):
+        if _datetime_scale(base) is not None:
+            return pa.array(values.astype(np.int64, copy=False)).cast(pa.timestamp("ns", tz="UTC"))
+        scalar = _ARROW_SCALARS.get(base)
+        if scalar is None or scalar == "string":
+            return _arrow_array(ch_type, values.tolist())
+        return pa.array(values).cast(getattr(pa, scalar)())
     if _datetime_scale(base) is not None:
         return pa.array(values, type=pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
     if base.startswith("FixedString("):
@@ -472,7 +506,7 @@ def arrow_table(columns: Sequence[str], types: Sequence[str], rows: Sequence[dic
 
     arrays = []
     for name, ch_type in zip(columns, types):
-        values = [row[name] for row in rows]
+        values = column_values(rows, name)
         try:
             arrays.append(_arrow_array(ch_type, values))
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
@@ -614,7 +648,9 @@ class NativeBackend:
                dedup_token: str | None = None) -> None:
         data = []
         for name, ch_type in zip(columns, types):
-            values = [row[name] for row in rows]
+            values = column_values(rows, name)
+            if not isinstance(values, list):
+                values = values.tolist()  # a numpy or Arrow column
             scale = _datetime_scale(ch_type)
             inner = _array_inner(ch_type)
             if scale is not None:

@@ -142,7 +142,8 @@ class Store:
     def insert(self, table: str, rows: Sequence[Mapping], *, tag: str, dedup_token: str | None = None,
                defaulted: Sequence[str] = ()) -> int:
         """Insert many rows in one statement. ``rows`` are mappings holding every insert column of
-        the table (and the columns with a DEFAULT named in ``defaulted``); DateTime64 values are
+        the table (and the columns with a DEFAULT named in ``defaulted``), or ``store.Columns``
+        holding those columns (lists or numpy arrays); DateTime64 values are
         integer nanoseconds since the epoch. A ``dedup_token`` (letters, digits, - and _) makes
         ClickHouse store a re-sent batch once."""
         if dedup_token is not None and not _TOKEN.match(dedup_token):
