@@ -16,6 +16,7 @@ from config.env import parse_clickhouse_url
 from store import Store, StoreError, StoreUnavailable
 from store.backends import EmbeddedBackend, NativeBackend
 from store.migrator import MigrationContext, migrate
+from store.schema import TABLES
 
 NATIVE_URL = os.environ.get("TRACEDASH_TEST_CLICKHOUSE_URL")
 
@@ -101,6 +102,39 @@ def test_batch_insert_round_trips_every_column_type(backend_store):
     assert first["event_names"] == ["first_token"] and first["event_attributes"] == [{"i": "1"}]
     assert first["name"] == "n<1>"
     assert backend_store.query("SELECT count() FROM spans", tag="tests.count").scalar() == 2000
+
+
+def test_columns_insert_as_rows_do_and_reads_come_back_as_arrow(backend_store):
+    """``store.Columns`` (lists, numpy and Arrow columns) stores what the same rows store; a read
+    as Arrow gives each column's values and type."""
+    import numpy as np
+    import pyarrow as pa
+
+    from store import Columns
+
+    rows = [_span_row(span_id=f"{i:016x}", start_time=BASE_NS + i, ttft_ns=i if i % 2 else None,
+                      attributes={"k": f"v{i}"}) for i in range(3)]
+    names = [c.name for c in TABLES["spans"].insert_columns]
+    columns = {name: [row[name] for row in rows] for name in names}
+    columns["start_time"] = np.array([r["start_time"] for r in rows], dtype=np.int64)  # numpy, ns
+    columns["duration_ns"] = np.array([r["duration_ns"] for r in rows], dtype=np.int64)
+    columns["name"] = pa.array(["a", "b", "c"])  # Arrow, in the column's shape
+    columns["trace_id"] = [rows[0]["trace_id"]] * 3
+    assert backend_store.insert("spans", Columns(columns, 3), tag="tests.columns") == 3
+    table = backend_store.query_arrow(
+        "SELECT toString(span_id) AS span_id, toInt64(toUnixTimestamp64Nano(start_time)) AS ns, duration_ns, name,"
+        " ttft_ns, attributes['k'] AS k FROM spans ORDER BY span_id", tag="tests.arrow")
+    assert table.column_names == ["span_id", "ns", "duration_ns", "name", "ttft_ns", "k"]
+    assert table.column("ns").to_pylist() == [BASE_NS, BASE_NS + 1, BASE_NS + 2]
+    assert table.column("name").to_pylist() == ["a", "b", "c"]
+    assert table.column("ttft_ns").to_pylist() == [None, 1, None]
+    assert table.column("k").to_pylist() == ["v0", "v1", "v2"]
+    assert table.column("duration_ns").type == pa.uint64()
+    del columns["status"]
+    with pytest.raises(StoreError, match="lacks column 'status'"):
+        backend_store.insert("spans", Columns(columns, 3), tag="tests.columns")
+    empty = backend_store.query_arrow("SELECT 1 AS x WHERE 0", tag="tests.arrow")
+    assert empty.num_rows == 0
 
 
 def test_errors_are_wrapped_and_name_the_caller(backend_store):

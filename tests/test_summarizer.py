@@ -21,6 +21,13 @@ pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
 MS = 1_000_000
 
 
+@pytest.fixture(params=["arrays", "sql"])
+def engine(request, settings):
+    """Each summary engine in turn (TRACEDASH_SUMMARY_ENGINE): the summariser's behaviour is the same."""
+    settings.TRACEDASH_SUMMARY_ENGINE = request.param
+    return request.param
+
+
 def insert(project_id, spans):
     rows = [parse_span(json.dumps(s).encode(), project_id=project_id, limits=Limits()) for s in spans]
     get_store().insert("spans", rows, tag="tests.summarizer.spans")
@@ -37,7 +44,7 @@ def versions(project_id):
                              tag="tests.summarizer.count").scalar()
 
 
-def test_summarises_new_traces_once_per_change(project_with_key):
+def test_summarises_new_traces_once_per_change(engine, project_with_key):
     project, _ = project_with_key()
     other, _ = project_with_key()
     start = time.time_ns() - 60 * 1_000_000_000
@@ -63,7 +70,7 @@ def test_summarises_new_traces_once_per_change(project_with_key):
         assert {k: v for k, v in before[tid].items() if k != "version"} == {k: v for k, v in after[tid].items() if k != "version"}
 
 
-def test_late_spans_and_resent_spans_resummarise(project_with_key, settings):
+def test_late_spans_and_resent_spans_resummarise(engine, project_with_key, settings):
     settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
     project, _ = project_with_key()
     start = time.time_ns() - 3600 * 1_000_000_000  # an hour ago
@@ -87,7 +94,7 @@ def test_late_spans_and_resent_spans_resummarise(project_with_key, settings):
     assert (start // 1_000_000_000) // 60 * 60 in marked
 
 
-def test_a_summary_whose_start_moved_retires_its_old_start(project_with_key, settings):
+def test_a_summary_whose_start_moved_retires_its_old_start(engine, project_with_key, settings):
     """The children arrive first (the summary starts at the first child), then the root, which starts
     earlier: ``traces_by_start`` keeps a row under each start, and the old one is retired (a row with
     no spans, one version below the summary that moved it), so the window reads see the trace once,
@@ -137,7 +144,7 @@ def test_a_summary_whose_start_moved_retires_its_old_start(project_with_key, set
     assert listed(start - 120_000 * MS, start - 60_000 * MS) == 0
 
 
-def test_price_table_estimates_missing_cost(project_with_key):
+def test_price_table_estimates_missing_cost(engine, project_with_key):
     project, _ = project_with_key()
     model_price_set(project_id=project.pk, model="llama-3-70b", input_usd_per_million="0.5", output_usd_per_million=2)
     assert prices_for_project(project_id=project.pk) == {"llama-3-70b": (0.5, 2.0)}
@@ -267,7 +274,7 @@ def test_open_pages_receive_the_summarized_event(project_with_key, make_user):
     async_to_sync(scenario)()
 
 
-def test_the_overlap_does_not_rewrite_unchanged_traces_but_any_change_does(project_with_key, monkeypatch):
+def test_the_overlap_does_not_rewrite_unchanged_traces_but_any_change_does(engine, project_with_key, monkeypatch):
     # A server store cannot tell which inserts are still running (other processes write too): the
     # run re-reads an overlap before its watermark. Here the embedded store answers as a server does.
     monkeypatch.setattr(get_store(), "settled_until_ms", lambda table: None)
