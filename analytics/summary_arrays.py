@@ -3,12 +3,13 @@
 ``analytics.summary_sql`` computes every figure inside ClickHouse with one ``INSERT … SELECT``.
 Its per-trace aggregates (``argMin`` of tuples, ``sumMap`` by model) and its array stages (a few
 dozen lambdas per trace) cost about 13 µs of CPU a span on one thread, and its analysis ~140 ms a
-statement, every summariser run (``bench/summary_engines.py``). Here ClickHouse does what it does
-cheaply — one copy per span (the newest, ``argMax`` by ``ingested_at``), the digest of the copies,
-the price table's estimates, sorted by trace and (start, span id) — and returns those rows as Arrow;
-numpy then computes the same figures for all the traces of the batch at once, with sorts, cumulative
-sums and per-trace reductions over flat arrays (no Python loop over spans or traces), and the rows
-are inserted as the writer inserts spans.
+statement, every summariser run (``bench/summary_engines.py``). Here ClickHouse only reads: every
+stored copy of the batch's spans, a few columns, as Arrow (no aggregation and no sort, which cost it
+more than numpy takes for the same work). numpy then keeps each span's newest copy (by
+``ingested_at``; every copy adds to the trace's digest), puts each trace's spans in (start, span id)
+order and computes the figures of all the traces of the batch at once, with sorts, cumulative sums
+and per-trace reductions over flat arrays (no Python loop over spans), and the rows go back to
+ClickHouse column by column in one insert.
 
 It follows ``summary_sql`` (and so ``trace_math``, the reference) step by step; the property test
 (tests/test_summary_sql.py) requires both engines to give the reference's figures on random trees:
@@ -70,10 +71,6 @@ SETTINGS max_threads = 1
 DEFAULTED = ("spans_digest", "loadtest")
 
 
-def _np(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).to_numpy()
-
-
 def _group_sum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per group sums of ``values`` (groups contiguous, every one non-empty, ``starts`` their first
     indexes)."""
@@ -96,10 +93,9 @@ def _pick(array: pa.Array, index: np.ndarray, default):
     return [value if i >= 0 else default for value, i in zip(taken, index.tolist())]
 
 
-def _distinct_sorted(values: pa.ChunkedArray, trace: np.ndarray, starts: np.ndarray) -> pa.ListArray:
-    """Per trace, the sorted distinct non-empty strings of ``values`` (rows grouped by trace), as an
-    Arrow list column."""
-    codes, words = _codes(values)
+def _distinct_sorted(codes: np.ndarray, words: list[str], trace: np.ndarray, starts: np.ndarray) -> pa.ListArray:
+    """Per trace, the sorted distinct non-empty strings of a column (``codes`` into ``words``; rows
+    grouped by trace), as an Arrow list column."""
     n_traces = len(starts)
     ordered = sorted(range(len(words)), key=words.__getitem__)
     rank = np.empty(len(words), dtype=np.int64)
@@ -112,19 +108,16 @@ def _distinct_sorted(values: pa.ChunkedArray, trace: np.ndarray, starts: np.ndar
     return pa.ListArray.from_arrays(pa.array(offsets), flat)
 
 
-def _parents(trace: np.ndarray, sid: pa.ChunkedArray, parent: pa.ChunkedArray) -> np.ndarray:
-    """Each span's parent's index among the rows (-1: no parent in its trace, or itself)."""
+def _parents(trace: np.ndarray, sid: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Each span's parent's index among the rows (-1: no parent in its trace, or itself). ``sid``
+    and ``parent``: the ids as numbers, equal where the strings are."""
     n = len(trace)
-    both = pc.dictionary_encode(pa.chunked_array(sid.chunks + parent.chunks).combine_chunks())
-    codes = both.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    width = len(both.dictionary) + 1
-    own, wanted = trace * width + codes[:n], trace * width + codes[n:]
+    width = int(max(sid.max(), parent.max())) + 1
+    own, wanted = trace * width + sid, trace * width + parent
     order = np.argsort(own, kind="stable")
-    at = np.minimum(np.searchsorted(own[order], wanted), max(0, n - 1))
-    found = order[at] if n else at
-    ok = (own[found] == wanted) if n else np.zeros(0, dtype=bool)
+    found = order[np.minimum(np.searchsorted(own[order], wanted), n - 1)]
     rows = np.arange(n)
-    return np.where(ok & (found != rows), found, -1)
+    return np.where((own[found] == wanted) & (found != rows), found, -1)
 
 
 def _effective_priorities(pris: np.ndarray, prio: np.ndarray, fallback: np.ndarray, par: np.ndarray) -> np.ndarray:
@@ -236,49 +229,75 @@ def _codes(values: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
 
 
+def _in_start_order(rows: np.ndarray, trace: np.ndarray, st: np.ndarray, sid: np.ndarray, words: list[str]) -> np.ndarray:
+    """``rows`` by trace, then start, then span id (``sid``: codes of the ``words``, in no order):
+    sorted by code first, then the few runs of spans that start on the same nanosecond in one trace
+    are put in the ids' order."""
+    rows = rows[np.lexsort((sid[rows], st[rows], trace[rows]))]
+    tied = (trace[rows][1:] == trace[rows][:-1]) & (st[rows][1:] == st[rows][:-1])
+    if tied.any():
+        edges = np.diff(np.concatenate([[0], tied.astype(np.int8), [0]]))
+        for first, end in zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) + 1).tolist()):
+            run = rows[first:end]
+            rows[first:end] = run[np.argsort([words[c] for c in sid[run].tolist()], kind="stable")]
+    return rows
+
+
 def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) -> Columns:
     if raw.num_rows == 0:
         return Columns({}, 0)
-    # One copy per span, the newest (by ingested_at); every copy adds to its trace's digest.
+    # One copy per span, the newest (by ingested_at); every copy adds to its trace's digest. Span
+    # and parent ids are coded together: equal strings, equal codes.
+    count = raw.num_rows
     tcode, _ = _codes(raw.column("trace_id"))
-    sid_rank = pc.rank(raw.column("sid").combine_chunks(), sort_keys="ascending", tiebreaker="dense").to_numpy()
-    order = np.lexsort((raw.column("ingested").to_numpy(), sid_rank, tcode))
+    id_codes, id_words = _codes(pa.chunked_array(raw.column("sid").chunks + raw.column("parent").chunks))
+    sid_code, parent_code = id_codes[:count], id_codes[count:]
+    order = np.lexsort((raw.column("ingested").to_numpy(), sid_code, tcode))
     last = np.ones(len(order), dtype=bool)
-    last[:-1] = (tcode[order][1:] != tcode[order][:-1]) | (sid_rank[order][1:] != sid_rank[order][:-1])
+    last[:-1] = (tcode[order][1:] != tcode[order][:-1]) | (sid_code[order][1:] != sid_code[order][:-1])
     kept = order[last]
     digest_by_code = np.zeros(int(tcode.max()) + 1, dtype=np.uint64)
     np.add.at(digest_by_code, tcode, raw.column("h").to_numpy().astype(np.uint64))
-    # Traces together, each in (start, span id) order, as trace_math orders spans.
+    # Traces together, each in (start, span id) order, as trace_math orders spans; from here on
+    # every per-span array is in that order (``kept[i]``: the row of span i in ``raw``).
     st_all = raw.column("st").to_numpy()
-    kept = kept[np.lexsort((sid_rank[kept], st_all[kept], tcode[kept]))]
-    table = raw.take(pa.array(kept))
-    n = table.num_rows
+    kept = _in_start_order(kept, tcode, st_all, sid_code, id_words)
+
+    def num(name: str) -> np.ndarray:
+        return raw.column(name).to_numpy()[kept]
+
+    def coded(name: str) -> tuple[np.ndarray, list[str]]:
+        codes, words = _codes(raw.column(name))
+        return codes[kept], words
+
+    def pick(name: str, index: np.ndarray, default=""):
+        return _pick(raw.column(name).combine_chunks(), np.where(index >= 0, kept[np.maximum(index, 0)], -1), default)
+
+    n = len(kept)
     tcode = tcode[kept]
     starts = np.flatnonzero(np.concatenate([[True], tcode[1:] != tcode[:-1]]))
     n_traces = len(starts)
     trace = np.repeat(np.arange(n_traces), np.diff(np.append(starts, n)))
-    trace_ids = table.column("trace_id")
-    st, dur = _np(table, "st"), _np(table, "dur")
+    st, dur = st_all[kept], num("dur")
     en = st + dur
-    phase_code, phase_words = _codes(table.column("raw_phase"))
+    phase_code, phase_words = coded("raw_phase")
     prio = np.array([summary_sql._PRIORITY.get(w, 1) for w in phase_words] or [1], dtype=np.int64)[phase_code]
-    error = _np(table, "error").astype(bool)
-    fallback = _np(table, "fallback").astype(np.int64)
-    has_ttft = _np(table, "has_ttft").astype(bool)
-    tin, tout = _np(table, "input_tokens"), _np(table, "output_tokens")
+    error = num("error").astype(bool)
+    fallback = num("fallback").astype(np.int64)
+    has_ttft = num("has_ttft").astype(bool)
+    tin, tout = num("input_tokens"), num("output_tokens")
     # the price table's estimate where a span states tokens and no cost (ClickHouse's arithmetic)
-    model_code, model_words = _codes(table.column("model"))
+    model_code, model_words = coded("model")
     price_in = np.array([float(prices[m][0]) if m in prices else 0.0 for m in model_words] or [0.0])[model_code]
     price_out = np.array([float(prices[m][1]) if m in prices else 0.0 for m in model_words] or [0.0])[model_code]
     listed = np.array([m in prices for m in model_words] or [False])[model_code]
-    stated = _np(table, "has_cost").astype(bool)
+    stated = num("has_cost").astype(bool)
     priced = listed & ((tin > 0) | (tout > 0))
     has_cost = stated | priced
     estimate = (tin.astype(np.float64) * price_in + tout.astype(np.float64) * price_out) / 1000000
-    cost = np.where(stated, _np(table, "cost"), np.where(priced, estimate, 0.0))
+    cost = np.where(stated, num("cost"), np.where(priced, estimate, 0.0))
     estimated = (~stated & priced).astype(np.int64)
-    parent_col = table.column("parent")
-    parentless = (pc.equal(parent_col, "").combine_chunks()).to_numpy(zero_copy_only=False)
+    parentless = pc.equal(raw.column("parent"), "").combine_chunks().to_numpy(zero_copy_only=False)[kept]
     inference = prio == _INFERENCE
 
     # the root: parentless, longest, then earliest (rows are in (start, span id) order)
@@ -298,7 +317,7 @@ def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) 
     is_root = np.zeros(n, dtype=bool)
     is_root[root[has_root]] = True
     pris = prio + np.where(is_root, 0, _ROOT_BONUS)
-    par = _parents(trace, table.column("sid"), parent_col)
+    par = _parents(trace, sid_code[kept], parent_code[kept])
     epris = _effective_priorities(pris, prio, fallback, par)
     phase_ns = _phase_times(trace, n_traces, st, en, par, epris, lo, hi)
 
@@ -313,26 +332,23 @@ def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) 
     cost_spans = _group_sum(has_cost.astype(np.int64), starts)
     cost_sum = _group_sum(np.where(has_cost, cost, 0.0), starts)
     estimated = np.maximum.reduceat(estimated, starts)
-    loadtest = np.maximum.reduceat(_np(table, "loadtest"), starts)
-    cache = np.maximum.reduceat(_np(table, "cache_state"), starts)
+    loadtest = np.maximum.reduceat(num("loadtest"), starts)
+    cache = np.maximum.reduceat(num("cache_state"), starts)
     digest = digest_by_code[tcode[starts]] + np.uint64(raw.column("prices_hash")[0].as_py())
 
     first_error = _first_where(error, trace, n_traces)
     first_call = _first_where(inference, trace, n_traces)
-    first_model = _first_where(pc.not_equal(table.column("model"), "").combine_chunks().to_numpy(zero_copy_only=False),
+    first_model = _first_where(np.array([m != "" for m in model_words] or [False])[model_code],
                                trace, n_traces)
     first_ttft = _first_where(inference & has_ttft, trace, n_traces)
 
-    names = table.column("name").combine_chunks()
-    services = table.column("service").combine_chunks()
-    models = table.column("model").combine_chunks()
     root_or_first = np.where(has_root, root, starts)
-    root_name = _pick(names, root_or_first, "")
-    service = _pick(services, root_or_first, "")
-    call_model = _pick(models, first_call, "")
-    any_model = _pick(models, first_model, "")
-    error_message = _pick(table.column("status_message").combine_chunks(), first_error, "")
-    trace_id_list = _pick(trace_ids.combine_chunks(), starts, "")
+    root_name = pick("name", root_or_first)
+    service = pick("service", root_or_first)
+    call_model = pick("model", first_call)
+    any_model = pick("model", first_model)
+    error_message = pick("status_message", first_error)
+    trace_id_list = pick("trace_id", starts)
     root_error = np.where(has_root, error[np.maximum(root, 0)], False)
 
     # per model: (trace, model) sums of the five token figures and the cost
@@ -360,7 +376,7 @@ def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) 
     maps_cost = by_model(by["cost"], pa.float64())
 
     ttft_at = np.maximum(first_ttft, 0)
-    ttft_v, ttft_dur, ttft_out = _np(table, "ttft")[ttft_at], dur[ttft_at], tout[ttft_at].astype(np.int64)
+    ttft_v, ttft_dur, ttft_out = num("ttft")[ttft_at], dur[ttft_at], tout[ttft_at].astype(np.int64)
     has_t = first_ttft >= 0
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.maximum(0, ttft_dur - ttft_v) / (ttft_out - 1)
@@ -371,9 +387,9 @@ def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) 
         "start_time": lo, "e2e_ns": np.maximum(0, hi - lo), "has_root": has_root.astype(np.uint8),
         "spans_start": min_st, "spans_end": max_en, "root_name": root_name, "service": service,
         "model": [c if k > 0 else a for c, a, k in zip(call_model, any_model, calls.tolist())],
-        "services": _distinct_sorted(table.column("service"), trace, starts),
-        "models": _distinct_sorted(table.column("model"), trace, starts),
-        "phases": _distinct_sorted(table.column("raw_phase"), trace, starts),
+        "services": _distinct_sorted(*coded("service"), trace, starts),
+        "models": _distinct_sorted(model_code, model_words, trace, starts),
+        "phases": _distinct_sorted(phase_code, phase_words, trace, starts),
         "status": status.tolist(), "error_message": error_message,
         "ttft_ns": _nullable(ttft_v, has_t), "tpot_ns": _nullable(tpot, has_t & (ttft_out >= 2)),
         "input_tokens": np.where(calls_have_tokens, call_in, all_in),
