@@ -80,6 +80,19 @@ def column_values(rows, name: str):
     return rows.column(name) if isinstance(rows, Columns) else [row[name] for row in rows]
 
 
+def python_values(values, ch_type: str) -> list:
+    """A column's values as a Python list (the native driver's input): from a list as it is, from
+    numpy or Arrow (an Arrow ``Map`` gives dicts, as rows hold them)."""
+    if isinstance(values, list):
+        return values
+    if hasattr(values, "to_pylist"):
+        out = values.to_pylist()
+        if _unwrap(ch_type).startswith("Map("):
+            out = [{} if v is None else dict(v) for v in out]
+        return out
+    return values.tolist()
+
+
 _DT64_SCALE = re.compile(r"^DateTime64\((\d+)")
 
 
@@ -648,9 +661,7 @@ class NativeBackend:
                dedup_token: str | None = None) -> None:
         data = []
         for name, ch_type in zip(columns, types):
-            values = column_values(rows, name)
-            if not isinstance(values, list):
-                values = values.tolist()  # a numpy or Arrow column
+            values = python_values(column_values(rows, name), ch_type)
             scale = _datetime_scale(ch_type)
             inner = _array_inner(ch_type)
             if scale is not None:

@@ -143,6 +143,31 @@ def test_connects_creates_its_database_and_round_trips_an_insert(server_up, data
         store.close()
 
 
+def test_columns_insert_and_arrow_reads_over_the_native_protocol(server_up, database):
+    """``store.Columns`` (numpy and list columns) and ``Store.query_arrow`` through the driver, as
+    the summariser's default engine uses them on a server."""
+    import numpy as np
+
+    from store import Columns
+
+    store = _store(server_up, database)
+    try:
+        rows = _rows("columns")
+        columns = {name: [r[name] for r in rows] for name in rows[0]}
+        columns["time"] = np.array(columns["time"], dtype=np.int64)
+        columns["value"] = np.array(columns["value"])
+        assert store.insert(TABLE, Columns(columns, len(rows)), tag="tests.server.columns") == 3
+        table = store.query_arrow(f"SELECT target, value, toUInt64(1) AS one FROM {TABLE} "
+                                  "WHERE startsWith(target, 'columns/') ORDER BY target", tag="tests.server.arrow")
+        assert table.column_names == ["target", "value", "one"]
+        assert table.column("target").to_pylist() == [r["target"] for r in rows]
+        assert table.column("value").to_pylist() == [r["value"] for r in rows]
+        assert str(table.column("one").type) == "uint64"
+        assert store.query_arrow("SELECT 1 AS x FROM system.one WHERE 0", tag="tests.server.empty").num_rows == 0
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("who", ["wrong password", "unknown user"])
 def test_a_refused_login_is_a_clear_error_naming_user_and_server(server_up, database, who):
     credentials = {"password": "not-the-password"} if who == "wrong password" else {"user": "nobody"}

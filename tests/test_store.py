@@ -137,6 +137,22 @@ def test_columns_insert_as_rows_do_and_reads_come_back_as_arrow(backend_store):
     assert empty.num_rows == 0
 
 
+def test_columns_reach_the_native_driver_as_the_rows_would():
+    """The native backend hands the driver Python lists: numpy and Arrow columns are turned into
+    the values rows would hold (an Arrow map into dicts)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from store.backends import python_values
+
+    assert python_values(np.array([1, 2], dtype=np.uint64), "UInt64") == [1, 2]
+    maps = pa.MapArray.from_arrays(pa.array([0, 1, 1], type=pa.int32()), pa.array(["m"]), pa.array([3], pa.uint64()))
+    assert python_values(maps, "Map(String, UInt64)") == [{"m": 3}, {}]
+    lists = pa.ListArray.from_arrays(pa.array([0, 2, 2], type=pa.int32()), pa.array(["a", "b"]))
+    assert python_values(lists, "Array(LowCardinality(String))") == [["a", "b"], []]
+    assert python_values(["x"], "String") == ["x"]
+
+
 def test_errors_are_wrapped_and_name_the_caller(backend_store):
     with pytest.raises(StoreError) as caught:
         backend_store.query("SELECT no_such_function(1)", tag="tests.broken_query")
