@@ -6,9 +6,10 @@ is stamped by ClickHouse at insert; a minmax index finds them without reading th
 those, it keeps the traces whose spans' digest (a hash of every stored copy's span id and
 ``ingested_at``) differs from their latest summary's, and writes their summaries (deduplication,
 tree, exclusive phase time, TTFT, tokens, cost with the project's price table) under a new
-``version``, with the engine ``TRACEDASH_SUMMARY_ENGINE`` names: ``arrays`` (the default: one
-columnar read of the spans' copies, the figures in numpy, ``analytics.summary_arrays``) or ``sql``
-(one ``INSERT … SELECT``, ``analytics.summary_sql``: no span leaves ClickHouse).
+``version``, with the engine ``TRACEDASH_SUMMARY_ENGINE`` names: ``arrays`` (one columnar read of
+the spans' copies, the figures in numpy, ``analytics.summary_arrays``; the default on the embedded
+store) or ``sql`` (one ``INSERT … SELECT``, ``analytics.summary_sql``: no span leaves ClickHouse;
+the default on a server).
 A trace that grows later is summarised again and the newer row wins. The run re-reads an overlap
 before its watermark, because an insert that began before the previous run (so its
 ``ingested_at`` lies before the watermark) may have become visible only after it; the digest
@@ -202,10 +203,20 @@ WHERE project_id = {{project_id:UInt64}} AND {_SPAN_FILTER} AND version = {{vers
 """
 
 
+def summary_engine(store) -> str:
+    """The engine ``TRACEDASH_SUMMARY_ENGINE`` names; ``auto``: ``arrays`` on the embedded store
+    (chdb hands the columns over as Arrow in place), ``sql`` on a server (the native driver turns
+    every value into a Python object, and the statement runs on the server's cores)."""
+    engine = settings.TRACEDASH_SUMMARY_ENGINE
+    if engine == "auto":
+        return "arrays" if store.kind == "embedded" else "sql"
+    return engine
+
+
 def _write(store, params: dict, batch: list[dict], *, prices, project_id: int, version: int) -> list[dict]:
     """Write the summaries of the traces ``params`` names with the configured engine
     (``TRACEDASH_SUMMARY_ENGINE``); returns each one's ``trace_id``, ``start_ns`` and ``span_count``."""
-    if settings.TRACEDASH_SUMMARY_ENGINE == "arrays":
+    if summary_engine(store) == "arrays":
         spans = store.query_arrow(_SPANS_SQL, params, tag="analytics.summarizer.spans")
         rows = summary_arrays.traces_from_spans(spans, project_id=project_id, version=version, prices=prices)
         store.insert("traces", rows, tag="analytics.summarizer.write", defaulted=summary_arrays.DEFAULTED)

@@ -153,7 +153,7 @@ def _choice(environ, name: str, choices: tuple[str, ...]) -> str:
     """One of ``choices`` (the first is the default)."""
     raw = (_get(environ, name) or choices[0]).lower()
     if raw not in choices:
-        raise ConfigError(name, f"expected {' or '.join(choices)}, got {raw!r}")
+        raise ConfigError(name, f"expected one of {', '.join(choices)}, got {raw!r}")
     return raw
 
 
@@ -397,7 +397,7 @@ def load(environ=None) -> Env:
         port=_positive_int(environ, "PORT", 8000, maximum=65535),
         alerts_evaluate_seconds=float(_positive_int(environ, "TRACEDASH_ALERTS_EVALUATE_SECONDS", 5, maximum=3600)),
         summarize_seconds=float(_positive_int(environ, "TRACEDASH_SUMMARIZE_SECONDS", 2, maximum=3600)),
-        summary_engine=_choice(environ, "TRACEDASH_SUMMARY_ENGINE", ("arrays", "sql")),
+        summary_engine=_choice(environ, "TRACEDASH_SUMMARY_ENGINE", ("auto", "arrays", "sql")),
         rollup_seconds=float(_positive_int(environ, "TRACEDASH_ROLLUP_SECONDS", 10, maximum=3600)),
         rollup_late_seconds=_positive_int(environ, "TRACEDASH_ROLLUP_LATE_SECONDS", 600, minimum=0, maximum=7 * 86400),
         rollup_late_every_seconds=_positive_int(environ, "TRACEDASH_ROLLUP_LATE_EVERY_SECONDS", 300, minimum=0,

@@ -162,8 +162,10 @@ CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
 # then their hours and days. Both are idempotent, so an overlapping or repeated run is harmless.
 TRACEDASH_SUMMARIZE_SECONDS = ENV.summarize_seconds
 # How the figures are computed: "arrays" (one columnar read of the spans, the figures in numpy:
-# analytics.summary_arrays) or "sql" (one INSERT … SELECT in ClickHouse: analytics.summary_sql).
-# The same figures (tests/test_summary_sql.py); their cost: bench/summary_engines.py.
+# analytics.summary_arrays) or "sql" (one INSERT … SELECT in ClickHouse: analytics.summary_sql);
+# "auto": arrays on the embedded store (Arrow straight from chdb), sql on a server (the native
+# driver hands columns over as Python values). The same figures (tests/test_summary_sql.py);
+# their cost: bench/summary_engines.py.
 TRACEDASH_SUMMARY_ENGINE = ENV.summary_engine
 # Re-read before the watermark on a ClickHouse server: inserts still in flight then (the embedded
 # store knows its own inserts and re-reads nothing: analytics.summarizer.read_until_ms).

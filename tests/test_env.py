@@ -65,7 +65,7 @@ def test_production_urls_are_parsed(tmp_path):
         ("TRACEDASH_RETENTION_DAYS", "ten", "whole number"),
         ("PORT", "70000", "from 1 to 65535"),
         ("TRACEDASH_CLICKHOUSE_CLUSTER", "a b", "cluster name"),
-        ("TRACEDASH_SUMMARY_ENGINE", "pandas", "expected arrays or sql"),
+        ("TRACEDASH_SUMMARY_ENGINE", "pandas", "expected one of auto, arrays, sql"),
     ],
 )
 def test_bad_values_name_the_variable(tmp_path, variable, value, fragment):

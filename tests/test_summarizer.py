@@ -28,6 +28,16 @@ def engine(request, settings):
     return request.param
 
 
+def test_auto_engine_is_arrays_on_the_embedded_store_and_sql_on_a_server(settings):
+    from types import SimpleNamespace
+
+    settings.TRACEDASH_SUMMARY_ENGINE = "auto"
+    assert summarizer.summary_engine(get_store()) == "arrays"
+    assert summarizer.summary_engine(SimpleNamespace(kind="native")) == "sql"
+    settings.TRACEDASH_SUMMARY_ENGINE = "sql"
+    assert summarizer.summary_engine(get_store()) == "sql"
+
+
 def insert(project_id, spans):
     rows = [parse_span(json.dumps(s).encode(), project_id=project_id, limits=Limits()) for s in spans]
     get_store().insert("spans", rows, tag="tests.summarizer.spans")
