@@ -20,7 +20,8 @@ less than wall time when the machine is shared with other work. Four phases:
    bytes per span of prompt-heavy traffic (every model call carries its 1–4 KB prompt).
 3. **Disk, summaries, rollups**: ``--spans`` realistic spans (``bench/load_spans.py``'s generator)
    over ``--minutes`` minutes into a fresh embedded store; then
-   - summaries: ``analytics.summarizer.traces_summarize_ids`` (the summariser's INSERT … SELECT,
+   - summaries: ``analytics.summarizer.traces_summarize_ids`` (the summariser's INSERT … SELECT:
+     the SQL engine, a server's default, unless ``TRACEDASH_SUMMARY_ENGINE`` says otherwise;
      its dirty-minute marks and the ``traces_by_start`` view) over every trace, ``traces``
      emptied before each of ``--rounds`` rounds, merges included: CPU per 1,000 spans summarised;
    - rollups: ``analytics.rollup_services.rollup_minutes_recompute`` over the late-arrival window
@@ -324,6 +325,9 @@ def measure(args) -> dict:
     try:
         http, scenarios = measure_http(args, work, request_numbers)
         os.environ["TRACEDASH_DATA_DIR"] = str(work / "settings")
+        # The model sizes a ClickHouse server, whose summariser runs the SQL engine by default
+        # (TRACEDASH_SUMMARY_ENGINE=auto); set the variable to measure the other one.
+        os.environ.setdefault("TRACEDASH_SUMMARY_ENGINE", "sql")
         load_spans._django()
         from django.conf import settings
 
