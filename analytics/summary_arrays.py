@@ -35,12 +35,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analytics import summary_sql
-from store import Columns
 from analytics.trace_math import INHERIT_DEPTH
+from store import Columns
 
 PHASES = summary_sql.PHASES
-_INFERENCE = 5  # summary_sql's priority of inference
-_ROOT_BONUS = 5
+_INFERENCE = summary_sql.PRIORITY["inference"]
+_ROOT_BONUS = summary_sql.ROOT_BONUS
 _JUMPS = INHERIT_DEPTH.bit_length() - 1  # a chain is followed at most INHERIT_DEPTH spans up
 
 
@@ -200,7 +200,7 @@ def _phase_times(trace, n_traces, st, en, par, epris, lo, hi) -> dict[str, np.nd
     covered[11] = np.zeros(n_traces, dtype=np.int64)
     out = {}
     for phase in PHASES:
-        k = summary_sql._PRIORITY[phase]
+        k = summary_sql.PRIORITY[phase]
         share = (covered[k] - covered[k + 1]) + (covered[k + _ROOT_BONUS] - (covered[k + _ROOT_BONUS + 1]
                                                                            if k + _ROOT_BONUS + 1 <= 10 else 0))
         out[phase] = np.maximum(0, share)
@@ -281,7 +281,7 @@ def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) 
     st, dur = st_all[kept], num("dur")
     en = st + dur
     phase_code, phase_words = coded("raw_phase")
-    prio = np.array([summary_sql._PRIORITY.get(w, 1) for w in phase_words] or [1], dtype=np.int64)[phase_code]
+    prio = np.array([summary_sql.PRIORITY.get(w, 1) for w in phase_words] or [1], dtype=np.int64)[phase_code]
     error = num("error").astype(bool)
     fallback = num("fallback").astype(np.int64)
     has_ttft = num("has_ttft").astype(bool)

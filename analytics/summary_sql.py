@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from analytics.trace_math import INHERIT_DEPTH
 
 PHASES = ("network", "preprocess", "inference", "postprocess", "other")
-_PRIORITY = {"inference": 5, "network": 4, "preprocess": 3, "postprocess": 2, "other": 1}
-_ROOT_BONUS = 5  # every span but the root ranks 5 higher: priorities 1..10
+PRIORITY = {"inference": 5, "network": 4, "preprocess": 3, "postprocess": 2, "other": 1}
+ROOT_BONUS = 5  # every span but the root ranks 5 higher: priorities 1..10
 
 
 def prices_json(prices: Mapping[str, tuple[float, float]] | None) -> str:
@@ -50,15 +50,15 @@ def _covered(k: int) -> str:
 
 
 def _phase_expr(phase: str) -> str:
-    p = _PRIORITY[phase]
+    p = PRIORITY[phase]
     terms = []
-    for k in (p, p + _ROOT_BONUS):
+    for k in (p, p + ROOT_BONUS):
         upper = f"L{k + 1}" if k + 1 <= 10 else "0"
         terms.append(f"(L{k} - {upper})")
     return "toUInt64(greatest(0, " + " + ".join(terms) + "))"
 
 
-_PRIORITY_SQL = "multiIf(" + ", ".join(f"ph = '{name}', {p}" for name, p in _PRIORITY.items() if name != "other") + ", 1)"
+_PRIORITY_SQL = "multiIf(" + ", ".join(f"ph = '{name}', {p}" for name, p in PRIORITY.items() if name != "other") + ", 1)"
 _KNOWN_PHASES = ", ".join(f"'{name}'" for name in PHASES)
 
 
@@ -90,7 +90,7 @@ def _effective_priorities() -> tuple[str, str, str]:
       ``arrayResize`` keeps the arrays of those rows the same length, and their result is unused)."""
     steps = INHERIT_DEPTH.bit_length() - 1
     assert 2 ** steps == INHERIT_DEPTH
-    inference = _PRIORITY["inference"]
+    inference = PRIORITY["inference"]
     pent = ("if(fallback_children AND calls > 0, arraySort(arrayConcat(arrayMap(l -> (toUInt64(l.1), toUInt64(l.2)), links),"
             " arrayMap(i -> (toUInt64(i), toUInt64(0)), idxs))), CAST([], 'Array(Tuple(UInt64, UInt64))')) AS pent")
     parents = ("arrayMap(t -> t.2, arrayFilter((t, k) -> k = length(pent) OR pent[k + 1].1 != t.1, pent,"
@@ -229,7 +229,7 @@ FROM (
         arrayEnumerate(sp) AS idxs,
         arrayMap(x -> x.3, sp) AS sts,
         arrayMap(x -> x.4, sp) AS ens,
-        arrayMap(x -> x.5 + if(has_root AND x.1 = root_id, 0, {_ROOT_BONUS}), sp) AS pris,
+        arrayMap(x -> x.5 + if(has_root AND x.1 = root_id, 0, {ROOT_BONUS}), sp) AS pris,
         arraySort(arrayConcat(arrayMap(i -> (sp[i].1, 0, i), idxs), arrayMap(i -> (sp[i].2, 1, i), idxs))) AS E
     FROM (
         SELECT trace_id,
