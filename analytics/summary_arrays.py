@@ -28,8 +28,6 @@ It follows ``summary_sql`` (and so ``trace_math``, the reference) step by step; 
 
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -207,22 +205,6 @@ def _phase_times(trace, n_traces, st, en, par, epris, lo, hi) -> dict[str, np.nd
     return out
 
 
-def traces_from_spans(table: pa.Table, *, project_id: int, version: int, prices=None) -> Columns:
-    """The ``traces`` rows (every column of ``summary_sql.COLUMNS``) of the span copies read by
-    ``spans_sql``, one per trace, column by column (``Store.insert`` takes them as they are).
-    ``prices``: {model: (input, output) USD per 1M tokens}, which estimate the cost of a span that
-    states tokens and no cost."""
-    # Thousands of small lists and dicts: the cyclic collector would walk them again and again
-    # while they are built (none of them can form a cycle).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _traces_from_spans(table, project_id=project_id, version=version, prices=prices or {})
-    finally:
-        if collecting:
-            gc.enable()
-
-
 def _codes(values: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """Integer codes of a string column and the strings they stand for."""
     encoded = pc.dictionary_encode(values.combine_chunks())
@@ -243,7 +225,12 @@ def _in_start_order(rows: np.ndarray, trace: np.ndarray, st: np.ndarray, sid: np
     return rows
 
 
-def _traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices) -> Columns:
+def traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices=None) -> Columns:
+    """The ``traces`` rows (every column of ``summary_sql.COLUMNS``) of the span copies read by
+    ``spans_sql``, one per trace, column by column (``Store.insert`` takes them as they are).
+    ``prices``: {model: (input, output) USD per 1M tokens}, which estimate the cost of a span that
+    states tokens and no cost."""
+    prices = prices or {}
     if raw.num_rows == 0:
         return Columns({}, 0)
     # One copy per span, the newest (by ingested_at); every copy adds to its trace's digest. Span
