@@ -217,9 +217,8 @@ def _write(store, params: dict, batch: list[dict], *, prices, project_id: int, v
     """Write the summaries of the traces ``params`` names with the configured engine
     (``TRACEDASH_SUMMARY_ENGINE``); returns each one's ``trace_id``, ``start_ns`` and ``span_count``."""
     if summary_engine(store) == "arrays":
-        spans = store.query_arrow(_SPANS_SQL, params, tag="analytics.summarizer.spans")
-        rows = summary_arrays.traces_from_spans(spans, project_id=project_id, version=version, prices=prices)
-        store.insert("traces", rows, tag="analytics.summarizer.write", defaulted=summary_arrays.DEFAULTED)
+        rows = summary_arrays.summaries_write(store, _SPANS_SQL, params, project_id=project_id, version=version,
+                                              prices=prices)
         if not len(rows):
             return []
         return [{"trace_id": t, "start_ns": s, "span_count": n} for t, s, n in zip(

@@ -72,7 +72,7 @@ DEFAULTED = ("spans_digest", "loadtest")
 def _group_sum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per group sums of ``values`` (groups contiguous, every one non-empty, ``starts`` their first
     indexes)."""
-    return np.add.reduceat(values, starts) if len(values) else np.zeros(0, dtype=values.dtype)
+    return np.add.reduceat(values, starts)
 
 
 def _first_where(mask: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
@@ -94,15 +94,15 @@ def _pick(array: pa.Array, index: np.ndarray, default):
 def _distinct_sorted(codes: np.ndarray, words: list[str], trace: np.ndarray, starts: np.ndarray) -> pa.ListArray:
     """Per trace, the sorted distinct non-empty strings of a column (``codes`` into ``words``; rows
     grouped by trace), as an Arrow list column."""
-    n_traces = len(starts)
+    n_traces, width = len(starts), max(1, len(words))
     ordered = sorted(range(len(words)), key=words.__getitem__)
     rank = np.empty(len(words), dtype=np.int64)
     rank[ordered] = np.arange(len(words))
     keep = np.array([w != "" for w in words] or [False], dtype=bool)[codes]
-    pairs = np.unique(trace[keep] * max(1, len(words)) + rank[codes[keep]])  # sorted: by trace, then word
+    pairs = np.unique(trace[keep] * width + rank[codes[keep]])  # sorted: by trace, then word
     offsets = np.zeros(n_traces + 1, dtype=np.int32)
-    np.cumsum(np.bincount(pairs // max(1, len(words)), minlength=n_traces), out=offsets[1:])
-    flat = pa.array([words[i] for i in ordered] or [""], type=pa.string()).take(pa.array(pairs % max(1, len(words))))
+    np.cumsum(np.bincount(pairs // width, minlength=n_traces), out=offsets[1:])
+    flat = pa.array([words[i] for i in ordered] or [""], type=pa.string()).take(pa.array(pairs % width))
     return pa.ListArray.from_arrays(pa.array(offsets), flat)
 
 
@@ -225,6 +225,16 @@ def _in_start_order(rows: np.ndarray, trace: np.ndarray, st: np.ndarray, sid: np
     return rows
 
 
+def summaries_write(store, spans_statement: str, params: dict, *, project_id: int, version: int,
+                    prices=None) -> Columns:
+    """Read the spans ``spans_statement`` (``spans_sql``) selects, compute their traces' rows and
+    insert them into ``traces``; returns the rows written."""
+    spans = store.query_arrow(spans_statement, params, tag="analytics.summarizer.spans")
+    rows = traces_from_spans(spans, project_id=project_id, version=version, prices=prices)
+    store.insert("traces", rows, tag="analytics.summarizer.write", defaulted=DEFAULTED)
+    return rows
+
+
 def traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices=None) -> Columns:
     """The ``traces`` rows (every column of ``summary_sql.COLUMNS``) of the span copies read by
     ``spans_sql``, one per trace, column by column (``Store.insert`` takes them as they are).
@@ -339,9 +349,8 @@ def traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices=No
     root_error = np.where(has_root, error[np.maximum(root, 0)], False)
 
     # per model: (trace, model) sums of the five token figures and the cost
-    mcode = model_code
     width = max(1, len(model_words))
-    key = trace * width + mcode
+    key = trace * width + model_code
     keys, slot = np.unique(key, return_inverse=True)
     by = {name: np.bincount(slot, weights=w, minlength=len(keys)) for name, w in (
         ("call_in", np.where(inference, tin, 0)), ("call_out", np.where(inference, tout, 0)),

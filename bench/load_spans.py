@@ -219,6 +219,23 @@ def open_store(data_dir: Path) -> Store:
     return store
 
 
+def fresh_batch(size: int, *, prefix: str, tag: str) -> tuple[Store, list[dict]]:
+    """A fresh store holding ``size`` new spans (whole traces, ~8.5 spans each, starting over the
+    last 2 s) inserted 1,000 rows at a time, as the ingest writer stores them under load: the batch
+    of a summariser run (bench/summary_threads.py, bench/summary_engines.py)."""
+    import tempfile
+
+    store = open_store(Path(tempfile.mkdtemp(prefix=prefix)))
+    now = time.time_ns()
+    gen = Generator(seed=9, start_ns=now - 2_000_000_000, end_ns=now, traces=max(1, size // 8), project_id=PROJECT_ID)
+    spans: list[dict] = []
+    while len(spans) < size:
+        spans.extend(gen.trace(len(spans) / size))
+    for i in range(0, len(spans), 1000):
+        store.insert("spans", spans[i:i + 1000], tag=tag)
+    return store, spans
+
+
 def progress(done: int, total: int, started: float, label: str) -> None:
     elapsed = time.monotonic() - started
     rate = done / elapsed if elapsed else 0.0

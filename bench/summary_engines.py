@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import resource
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,12 +30,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench import load_spans  # noqa: E402
-from bench.common import machine, table  # noqa: E402
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+from bench.common import machine, process_cpu_seconds, table  # noqa: E402
 
 
 def _differs(a: dict, b: dict) -> str:
@@ -73,15 +66,7 @@ def main(argv=None) -> int:
                                                span_filter=summarizer._SPAN_FILTER)
     rows_out, parts_out = [], []
     for size in [int(s) for s in args.sizes.split(",")]:
-        store = load_spans.open_store(Path(tempfile.mkdtemp(prefix="tracedash-summary-engines-")))
-        now = time.time_ns()
-        gen = load_spans.Generator(seed=9, start_ns=now - 2_000_000_000, end_ns=now, traces=max(1, size // 8),
-                                   project_id=load_spans.PROJECT_ID)
-        spans: list[dict] = []
-        while len(spans) < size:
-            spans.extend(gen.trace(len(spans) / size))
-        for i in range(0, len(spans), 1000):
-            store.insert("spans", spans[i:i + 1000], tag="bench.summary_engines.spans")
+        store, spans = load_spans.fresh_batch(size, prefix="tracedash-summary-engines-", tag="bench.summary_engines.spans")
         ids = sorted({s["trace_id"] for s in spans})
         starts = [int(s["start_time"]) for s in spans]
         prices = {"gpt-4o": (2.5, 10.0)}
@@ -110,9 +95,9 @@ def main(argv=None) -> int:
         for _ in range(args.runs):
             for name, run in (("sql", run_sql), ("arrays", run_arrays)):
                 version += 1
-                cpu0, wall0 = _cpu(), time.perf_counter()
+                cpu0, wall0 = process_cpu_seconds(), time.perf_counter()
                 run(version)
-                got[name].append(((time.perf_counter() - wall0) * 1000, (_cpu() - cpu0) * 1000))
+                got[name].append(((time.perf_counter() - wall0) * 1000, (process_cpu_seconds() - cpu0) * 1000))
         # the last run of each engine: the same figures for every trace
         latest = {}
         for name, v in (("sql", version - 1), ("arrays", version)):
@@ -120,8 +105,6 @@ def main(argv=None) -> int:
                                "ORDER BY trace_id", {"v": v}, tag="bench.summary_engines.check").dicts()
             latest[name] = rows
         differing = sorted({_differs(a, b) for a, b in zip(latest["sql"], latest["arrays"])} - {""})
-        if differing:
-            print([(a["trace_id"], a["spans_digest"], b["spans_digest"]) for a, b in zip(latest["sql"], latest["arrays"]) if a["spans_digest"] != b["spans_digest"]][:3], file=sys.stderr)
         same = len(latest["sql"]) == len(latest["arrays"]) == len(ids) and not differing
         med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in got.items()}
         rows_out.append([f"{len(spans):,}", f"{len(ids):,}", f"{med['sql'][0]:,.0f}", f"{med['sql'][1]:,.0f}",

@@ -15,10 +15,8 @@ and the cost of the statement over no traces at all (its parse and analysis). Th
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,12 +25,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench import load_spans  # noqa: E402
-from bench.common import machine, table  # noqa: E402
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+from bench.common import machine, process_cpu_seconds, table  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -45,25 +38,17 @@ def main(argv=None) -> int:
     from analytics import summarizer, summary_sql
 
     def timed(store, sql: str, params: dict) -> tuple[float, float]:
-        cpu0, wall0 = _cpu(), time.perf_counter()
+        cpu0, wall0 = process_cpu_seconds(), time.perf_counter()
         store.command(sql, params, tag="bench.summary_threads.run")
-        return (time.perf_counter() - wall0) * 1000, (_cpu() - cpu0) * 1000
+        return (time.perf_counter() - wall0) * 1000, (process_cpu_seconds() - cpu0) * 1000
 
     statements = {threads: summary_sql.summary_insert_sql(
         trace_filter=summarizer._TRACE_FILTER, span_filter=summarizer._SPAN_FILTER, threads=threads,
     ).replace("INSERT INTO traces (", "INSERT INTO traces_null (") for threads in (1, None)}
     rows_out = []
     for size in [int(s) for s in args.sizes.split(",")]:
-        store = load_spans.open_store(Path(tempfile.mkdtemp(prefix="tracedash-summary-threads-")))
+        store, spans = load_spans.fresh_batch(size, prefix="tracedash-summary-threads-", tag="bench.summary_threads.spans")
         store.command("CREATE TABLE traces_null AS traces ENGINE = Null", tag="bench.summary_threads.null")
-        now = time.time_ns()
-        gen = load_spans.Generator(seed=9, start_ns=now - 2_000_000_000, end_ns=now, traces=max(1, size // 8),
-                                   project_id=load_spans.PROJECT_ID)
-        spans: list[dict] = []
-        while len(spans) < size:
-            spans.extend(gen.trace(len(spans) / size))
-        for i in range(0, len(spans), 1000):
-            store.insert("spans", spans[i:i + 1000], tag="bench.summary_threads.spans")
         ids = sorted({s["trace_id"] for s in spans})
         starts = [int(s["start_time"]) for s in spans]
         params = {"project_id": load_spans.PROJECT_ID, "version": 1, "prices": summary_sql.prices_json({}),

@@ -7,8 +7,8 @@ per core) and returns the free space inside an arena only when it lies at the ar
 whose threads take turns with megabyte-sized batches and pages therefore grows its RSS by what it
 freed, arena after arena. ``limit_arenas`` caps the arenas (``M_ARENA_MAX``: threads share them),
 ``trim`` returns the free pages of every arena (``malloc_trim``), and asks Arrow's own allocator
-to return what it keeps for reuse. Both do nothing where the C library is not glibc (musl, macOS):
-they return False.
+to return what it keeps for reuse. Where the C library is not glibc (musl, macOS) glibc's part does
+nothing and both return False.
 """
 
 from __future__ import annotations
@@ -38,14 +38,6 @@ def _glibc():
         return None
 
 
-def _release_arrow() -> None:
-    try:
-        import pyarrow
-    except ImportError:  # pragma: no cover - a dependency; nothing to release without it
-        return
-    pyarrow.default_memory_pool().release_unused()
-
-
 def limit_arenas(arenas: int = SERVER_ARENAS) -> bool:
     """Cap glibc's malloc arenas for the rest of the process's life (threads started later share
     them); True when set."""
@@ -62,7 +54,9 @@ def trim() -> bool:
     """Return the free pages of every malloc arena to the system, and those Arrow's own allocator
     (mimalloc: the embedded inserts' tables, the numpy summaries' columns) keeps for reuse; True
     when glibc did it."""
-    _release_arrow()
+    import pyarrow  # here, not at start-up: a server process may never load it
+
+    pyarrow.default_memory_pool().release_unused()
     libc = _glibc()
     if libc is None:
         return False

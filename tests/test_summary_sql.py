@@ -135,9 +135,8 @@ def assert_same(want, got, trace_id):
 def summarize_arrays(trace_ids, version=1):
     store = get_store()
     params = {"project_id": PROJECT, "prices": summary_sql.prices_json(PRICES), "ids": ",".join(trace_ids)}
-    table = store.query_arrow(summary_arrays.spans_sql(trace_filter=_IDS_FILTER), params, tag="tests.summary_sql.spans")
-    rows = summary_arrays.traces_from_spans(table, project_id=PROJECT, version=version, prices=PRICES)
-    store.insert("traces", rows, tag="tests.summary_sql.summarize", defaulted=summary_arrays.DEFAULTED)
+    summary_arrays.summaries_write(store, summary_arrays.spans_sql(trace_filter=_IDS_FILTER), params,
+                                   project_id=PROJECT, version=version, prices=PRICES)
 
 
 _IDS_FILTER = "trace_id IN (SELECT arrayJoin(splitByChar(',', {ids:String})))"
@@ -151,6 +150,8 @@ def summarize_sql(trace_ids, version=1, settings=""):
     store.command(sql, {"project_id": PROJECT, "version": version, "prices": summary_sql.prices_json(PRICES),
                         "ids": ",".join(trace_ids)}, tag="tests.summary_sql.summarize")
 
+
+ENGINES = {"sql": summarize_sql, "arrays": summarize_arrays}
 
 _counter = iter(range(1, 10**9))
 
@@ -167,21 +168,14 @@ def _span(k, parent, phase, duration_ns):
 _CYCLE = [_span(1, 3, "network", 0), _span(2, 1, "network", 5000), _span(3, 1, "inference", 0)]
 
 
+@pytest.mark.parametrize("engine", ["sql", "arrays"])
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                       HealthCheck.too_slow])
 @given(traces=st.lists(a_trace(), min_size=1, max_size=4))
 @example(traces=[(_CYCLE, [])])
-def test_clickhouse_summaries_equal_the_reference(traces):
-    _summaries_equal_the_reference(traces, summarize_sql)
-
-
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                      HealthCheck.too_slow])
-@given(traces=st.lists(a_trace(), min_size=1, max_size=4))
-@example(traces=[(_CYCLE, [])])
-def test_array_summaries_equal_the_reference(traces):
-    """The numpy engine (analytics.summary_arrays) over the same random trees."""
-    _summaries_equal_the_reference(traces, summarize_arrays)
+def test_summaries_equal_the_reference(engine, traces):
+    """Each engine (ClickHouse's statement, numpy over the columns) over the same random trees."""
+    _summaries_equal_the_reference(traces, ENGINES[engine])
 
 
 def _summaries_equal_the_reference(traces, summarize):
@@ -220,8 +214,6 @@ def _summarise_and_compare(traces, summarize, base_ns):
     assert {d["digest"] for d in digests} and {d["trace_id"]: int(d["digest"]) for d in digests} == {
         t: int(got[t]["spans_digest"]) for t in ids}  # what the next run compares to skip an unchanged trace
 
-
-ENGINES = {"sql": summarize_sql, "arrays": summarize_arrays}
 
 
 def test_a_trace_that_grows_is_summarised_again_and_an_unchanged_one_is_not():
