@@ -15,9 +15,12 @@ What is measured, and why:
    front; only a sample of answers is decoded).
 2. **The ceiling: a raw insert.** The same spans, turned into rows by ``ingest.schemas.parse_spans``
    exactly as the server does, are inserted with ``Store.insert`` (Arrow into chdb) straight from
-   this process, in batches of 1,000 and 10,000 rows, on a separate data path, after the server
-   has stopped. ``ratio`` = HTTP spans/s ÷ raw rows/s at 1,000-row batches: the share of the
-   store's own speed that the HTTP path (parsing, validation, ASGI, group commit) keeps.
+   this process, in batches of 1,000 and 10,000 rows, on a separate data path, while no server
+   runs: once before the first server and once after the last (this shared 2-core machine's speed
+   swings by a fifth within minutes; one measurement after the servers once read 41k rows/s and
+   the next run's 60k). ``ratio`` = HTTP spans/s ÷ the mean of the two raw rates at 1,000-row
+   batches: the share of the store's own speed that the HTTP path (parsing, validation, ASGI,
+   group commit) keeps. Both rates are printed, with their spread.
    Single-threaded parse-only rates (native JSON and OTLP) show what validation alone costs.
    The insert's wall time leaves out the merges ClickHouse runs afterwards in its own threads, so
    the CPU of the whole raw phase is also taken until those merges have finished: the store's full
@@ -575,85 +578,107 @@ def stored_count(server: Server) -> dict:
 
 
 # --- the raw insert ------------------------------------------------------------------------------
-def measure_raw(scenarios: list[Scenario], work: Path, request_numbers, *, seconds: float) -> dict:
-    """Parse-only rates, then ``Store.insert`` of the same rows into a chdb of this process's own."""
-    os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", TRACEDASH_DATA_DIR=str(work / "bench-settings"))
-    for name in PRODUCTION_VARIABLES:
-        if name != "DJANGO_SETTINGS_MODULE":
-            os.environ.pop(name, None)
-    import django
+class RawStore:
+    """``Store.insert`` of the server's own rows into a chdb of this process's own: the rate the
+    ratios divide by. This 2-core machine's speed swings by a fifth within minutes, so ``main``
+    measures it before the first server and again after the last, and the ratios divide by the
+    mean of the two (both are printed, with how far apart they were)."""
 
-    django.setup()
-    from django.conf import settings
+    def __init__(self, scenarios: list[Scenario], work: Path, request_numbers):
+        os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", TRACEDASH_DATA_DIR=str(work / "bench-settings"))
+        for name in PRODUCTION_VARIABLES:
+            if name != "DJANGO_SETTINGS_MODULE":
+                os.environ.pop(name, None)
+        import django
 
-    from ingest import otlp
-    from ingest.schemas import Limits, parse_spans
-    from store import Store
-    from store.backends import EmbeddedBackend
-    from store.migrator import MigrationContext, migrate
-    from store.schema import SPANS
+        django.setup()
+        from django.conf import settings
 
-    limits = Limits(max_attributes=settings.TRACEDASH_INGEST_MAX_ATTRIBUTES, max_key_bytes=settings.TRACEDASH_INGEST_MAX_KEY_BYTES,
-                    max_value_bytes=settings.TRACEDASH_INGEST_MAX_VALUE_BYTES)
-    by_name = {s.name: s for s in scenarios}
-    native, proto = by_name["json-1000"], by_name["otlp-1000"]
-    bodies = 20  # 20,000 distinct rows: two distinct 10,000-row batches
-    native_bodies = [native.patch(native.templates[i % len(native.templates)], next(request_numbers)) for i in range(bodies)]
-    proto_bodies = [proto.patch(proto.templates[i % len(proto.templates)], next(request_numbers)) for i in range(bodies)]
+        from ingest import otlp
+        from ingest.schemas import Limits, parse_spans
+        from store import Store
+        from store.backends import EmbeddedBackend
+        from store.migrator import MigrationContext, migrate
 
-    started = time.perf_counter()
-    rows = [row for body in native_bodies for row in parse_spans(body, project_id=1, limits=limits)[0]]
-    parse_native = len(rows) / (time.perf_counter() - started)
-    started = time.perf_counter()
-    otlp_rows = [otlp.span_row(span, project_id=1, limits=limits)
-                 for body in proto_bodies for span in otlp.decode_traces(body, otlp.PROTOBUF)]
-    parse_otlp = len(otlp_rows) / (time.perf_counter() - started)
-    del otlp_rows
+        limits = Limits(max_attributes=settings.TRACEDASH_INGEST_MAX_ATTRIBUTES,
+                        max_key_bytes=settings.TRACEDASH_INGEST_MAX_KEY_BYTES,
+                        max_value_bytes=settings.TRACEDASH_INGEST_MAX_VALUE_BYTES)
+        by_name = {s.name: s for s in scenarios}
+        native, proto = by_name["json-1000"], by_name["otlp-1000"]
+        bodies = 20  # 20,000 distinct rows: two distinct 10,000-row batches
+        native_bodies = [native.patch(native.templates[i % len(native.templates)], next(request_numbers))
+                         for i in range(bodies)]
+        proto_bodies = [proto.patch(proto.templates[i % len(proto.templates)], next(request_numbers))
+                        for i in range(bodies)]
+        started = time.perf_counter()
+        self.rows = [row for body in native_bodies for row in parse_spans(body, project_id=1, limits=limits)[0]]
+        parse_native = len(self.rows) / (time.perf_counter() - started)
+        started = time.perf_counter()
+        otlp_rows = [otlp.span_row(span, project_id=1, limits=limits)
+                     for body in proto_bodies for span in otlp.decode_traces(body, otlp.PROTOBUF)]
+        parse_otlp = len(otlp_rows) / (time.perf_counter() - started)
+        del otlp_rows
+        self.parsed = {"parse_native_spans_per_s": round(parse_native), "parse_otlp_spans_per_s": round(parse_otlp)}
+        self.store = Store(EmbeddedBackend(work / "raw" / "clickhouse", "bench_raw"))
+        migrate(self.store, MigrationContext(retention_days=30))
+        # A unique token per insert, as ingest.writer sends: without one, re-inserting a block already
+        # seen would be skipped by the table's block deduplication, and the rows below do repeat.
+        self.store.insert("spans", self.rows[:1000], tag="bench.raw.warmup", dedup_token=secrets.token_hex(16))
 
-    store = Store(EmbeddedBackend(work / "raw" / "clickhouse", "bench_raw"))
-    migrate(store, MigrationContext(retention_days=30))
-    # A unique token per insert, as ingest.writer sends: without one, re-inserting a block already
-    # seen would be skipped by the table's block deduplication, and the rows below do repeat.
-    store.insert("spans", rows[:1000], tag="bench.raw.warmup", dedup_token=secrets.token_hex(16))
-    result = {"parse_native_spans_per_s": round(parse_native), "parse_otlp_spans_per_s": round(parse_otlp)}
-    try:
+    def measure(self, *, seconds: float, label: str) -> dict:
+        """Insert rates at 1,000- and 10,000-row batches, the Arrow table's share, and what storing
+        costs in all (the CPU of this process, every chdb thread, until the merges are done)."""
         from store.backends import arrow_table  # the Python half of an embedded insert
-    except ImportError:
-        arrow_table = None
-    columns = SPANS.insert_columns
-    cpu_started, rows_inserted = process_cpu_seconds(), 0
-    for size in (1000, 10_000):
-        inserted, offset, elapsed, inserts = 0, 0, 0.0, 0
-        while elapsed < seconds or inserts < 3:
-            if offset + size > len(rows):
-                offset = 0
-            batch = rows[offset:offset + size]
-            offset += size
-            started = time.perf_counter()
-            store.insert("spans", batch, tag="bench.raw", dedup_token=secrets.token_hex(16))
-            elapsed += time.perf_counter() - started
-            inserted += len(batch)
-            inserts += 1
-        result[f"raw_rows_per_s_{size}"] = round(inserted / elapsed)
-        result[f"raw_ms_per_insert_{size}"] = round(1000 * elapsed / inserts, 2)
-        if arrow_table is not None:
+        from store.schema import SPANS
+
+        rows, result = self.rows, {}
+        columns = SPANS.insert_columns
+        cpu_started, rows_inserted = process_cpu_seconds(), 0
+        for size in (1000, 10_000):
+            inserted, offset, elapsed, inserts = 0, 0, 0.0, 0
+            while elapsed < seconds or inserts < 3:
+                if offset + size > len(rows):
+                    offset = 0
+                batch = rows[offset:offset + size]
+                offset += size
+                started = time.perf_counter()
+                self.store.insert("spans", batch, tag="bench.raw", dedup_token=secrets.token_hex(16))
+                elapsed += time.perf_counter() - started
+                inserted += len(batch)
+                inserts += 1
+            result[f"raw_rows_per_s_{size}"] = round(inserted / elapsed)
+            result[f"raw_ms_per_insert_{size}"] = round(1000 * elapsed / inserts, 2)
             started = time.perf_counter()
             for _ in range(3):
                 arrow_table([c.name for c in columns], [c.type for c in columns], rows[:size])
             result[f"arrow_build_ms_{size}"] = round(1000 * (time.perf_counter() - started) / 3, 2)
-        rows_inserted += inserted
-        log(f"  raw insert, {size:,}-row batches: {result[f'raw_rows_per_s_{size}']:,} rows/s ({inserts} inserts)")
-    # What storing costs in all, merges included: the CPU of this process (every chdb thread)
-    # from the first raw insert until the merges they caused have finished.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and store.query(
-            "SELECT count() FROM system.merges WHERE database = currentDatabase()", tag="bench.raw.merges").scalar():
-        time.sleep(0.5)
-    cpu_ms_per_1000 = 1000 * 1000 * (process_cpu_seconds() - cpu_started) / rows_inserted
-    result["store_cpu_ms_per_1000_rows"] = round(cpu_ms_per_1000, 1)
-    result["store_ceiling_rows_per_s"] = round((os.cpu_count() or 1) * 1000 * 1000 / cpu_ms_per_1000)
-    store.close()
-    return result
+            rows_inserted += inserted
+            log(f"  raw insert ({label}), {size:,}-row batches: {result[f'raw_rows_per_s_{size}']:,} rows/s "
+                f"({inserts} inserts)")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and self.store.query(
+                "SELECT count() FROM system.merges WHERE database = currentDatabase()", tag="bench.raw.merges").scalar():
+            time.sleep(0.5)
+        cpu_ms_per_1000 = 1000 * 1000 * (process_cpu_seconds() - cpu_started) / rows_inserted
+        result["store_cpu_ms_per_1000_rows"] = round(cpu_ms_per_1000, 1)
+        result["store_ceiling_rows_per_s"] = round((os.cpu_count() or 1) * 1000 * 1000 / cpu_ms_per_1000)
+        return result
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def raw_combined(before: dict, after: dict) -> dict:
+    """The figures the report and the ratios use: every rate the mean of the measurement before the
+    servers and the one after; the two 1,000-row rates kept, with their spread."""
+    if not before or not after:
+        return before or after
+    combined = {k: (round((before[k] + after[k]) / 2, 2) if isinstance(before[k], float) else round((before[k] + after[k]) / 2))
+                for k in before if k in after and isinstance(before[k], (int, float))}
+    low, high = sorted((before["raw_rows_per_s_1000"], after["raw_rows_per_s_1000"]))
+    combined.update(raw_1000_before=before["raw_rows_per_s_1000"], raw_1000_after=after["raw_rows_per_s_1000"],
+                    raw_1000_spread=round(high / low - 1, 3) if low else None)
+    return combined
 
 
 # --- report --------------------------------------------------------------------------------------
@@ -679,9 +704,14 @@ def report(results: list[dict], raw: dict, check: dict, info: dict, settings: di
         if r["errors"]:
             lines.append(f"errors in {r['scenario']}: {r['errors_by_status']}")
     if raw:
-        lines += [f"raw Store.insert (Arrow into chdb, same rows, this process, server stopped): "
+        lines += [f"raw Store.insert (Arrow into chdb, same rows, this process, no server running): "
                   f"{raw['raw_rows_per_s_1000']:,} rows/s at 1,000-row batches ({raw['raw_ms_per_insert_1000']} ms each), "
                   f"{raw['raw_rows_per_s_10000']:,} rows/s at 10,000-row batches ({raw['raw_ms_per_insert_10000']} ms each)"]
+        if raw.get("raw_1000_spread") is not None:
+            lines.append(f"  the mean of before the servers ({raw['raw_1000_before']:,} rows/s at 1,000-row batches) and after "
+                         f"({raw['raw_1000_after']:,}): {100 * raw['raw_1000_spread']:.0f} % apart"
+                         + (" — the machine's speed changed during the run; ratios to raw are uncertain by as much"
+                            if raw["raw_1000_spread"] > 0.15 else ""))
         if "arrow_build_ms_1000" in raw:
             lines.append(f"  of which building the Arrow table: {raw['arrow_build_ms_1000']} ms per 1,000 rows, "
                          f"{raw['arrow_build_ms_10000']} ms per 10,000 rows")
@@ -756,6 +786,9 @@ def main(argv=None) -> int:
         f"{time.perf_counter() - started:.1f} s; bodies: "
         + ", ".join(f"{s.name} {sum(map(len, s.templates)) / len(s.templates) / 1024:,.0f} KiB" for s in scenarios))
 
+    log("raw insert of the same rows in this process, before the servers…")
+    raw_store = RawStore(scenarios, work, request_numbers)
+    raw_before = raw_store.measure(seconds=raw_seconds, label="before")
     modes = [True, False] if args.compare_beat else [not args.no_beat]
     runs: dict[bool, tuple[list[dict], dict]] = {}
     ok = True
@@ -767,10 +800,11 @@ def main(argv=None) -> int:
         runs[beat] = (results, check)
         ok = ok and bool(check.get("ok"))
 
-    raw: dict = {}
+    raw: dict = raw_before | raw_store.parsed
     try:
-        log("raw insert of the same rows in this process…")
-        raw = measure_raw(scenarios, work, request_numbers, seconds=raw_seconds)
+        log("raw insert of the same rows in this process, after the servers…")
+        raw = raw_combined(raw_before, raw_store.measure(seconds=raw_seconds, label="after")) | raw_store.parsed
+        raw_store.close()
     finally:
         info = machine()
         settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick,
