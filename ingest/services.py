@@ -18,6 +18,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from config.live import group_send
+from store import column_values
 
 from .schemas import SamplesIn, decode_envelope, parse_each, parse_engine_sample, parse_resource_sample
 from .writer import Outcome, get_writer
@@ -33,8 +34,8 @@ def traces_group(project_id: int) -> str:
     return f"project-{int(project_id)}-traces"
 
 
-def _event(rows: list[dict]) -> dict:
-    trace_ids = sorted({row["trace_id"] for row in rows})
+def _event(rows) -> dict:
+    trace_ids = sorted(set(column_values(rows, "trace_id")))
     return {"type": "traces.ingested", "spans": len(rows), "trace_ids": trace_ids[:100]}
 
 

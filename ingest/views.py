@@ -19,10 +19,12 @@ from django.views.decorators.csrf import csrf_exempt
 
 from . import otlp
 from config.fast_path import fast_path
+from store import Columns, column_values
 from .auth import authenticate_request_async
 from .http import ApiError, read_body
 from .ratelimit import limiter, retry_after_header
-from .schemas import EnvelopeError, FieldError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each, parse_spans
+from .schemas import (EnvelopeError, FieldError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each,
+                      parse_span_columns)
 from .scores import ScoresIn, has_score_keys, span_score_rows
 from .services import (ENGINE_SAMPLES, RESOURCE_SAMPLES, SampleKind, samples_store_async, samples_validate,
                        scores_store_async, scores_validate, traces_notify_async)
@@ -117,8 +119,8 @@ async def traces_ingest(request):
     try:
         key, _, body = await _begin(request, (JSON,))
         try:
-            rows, rejected = parse_spans(body, project_id=key.project_id, limits=_limits(),
-                                         max_items=settings.TRACEDASH_INGEST_MAX_SPANS)
+            rows, rejected = parse_span_columns(body, project_id=key.project_id, limits=_limits(),
+                                                max_items=settings.TRACEDASH_INGEST_MAX_SPANS)
         except EnvelopeError as exc:
             raise _envelope_error(exc, "spans") from None
         except TooManyItems as exc:
@@ -171,12 +173,15 @@ async def scores_ingest(request):
         lambda project_id, rows: scores_store_async(project_id=project_id, rows=rows))
 
 
-def _with_scores(rows: list, rejected: list) -> tuple[list, list, list]:
-    """Span rows (and the batch's rejections) -> (span rows, score rows, rejected): the scores a span
-    carries by the OTel convention (``ingest.scores.span_score_rows``); a span whose score is bad is
-    rejected whole, naming the attribute, so neither its span nor its scores are written."""
-    if not any(has_score_keys(row["attributes"], row["event_names"]) for row in rows):
+def _with_scores(rows, rejected: list) -> tuple:
+    """Span rows (a list of mappings, or ``store.Columns``) and the batch's rejections -> (span rows,
+    score rows, rejected): the scores a span carries by the OTel convention
+    (``ingest.scores.span_score_rows``); a span whose score is bad is rejected whole, naming the
+    attribute, so neither its span nor its scores are written."""
+    if not any(map(has_score_keys, column_values(rows, "attributes"), column_values(rows, "event_names"))):
         return rows, [], rejected  # the common case: one cheap pass, nothing copied
+    if isinstance(rows, Columns):
+        rows = rows.rows()
     refused = {r["index"] for r in rejected}
     indices = [i for i in range(len(rows) + len(rejected)) if i not in refused]
     rejected = list(rejected)

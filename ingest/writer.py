@@ -27,7 +27,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from store import StoreError, StoreUnavailable, get_store
+from store import Columns, StoreError, StoreUnavailable, get_store
 from store.schema import TABLES
 
 from .spool import Spool, SpoolFull
@@ -57,6 +57,16 @@ class _Request:
 
 def new_token() -> str:
     return secrets.token_hex(16)
+
+
+def _batch_rows(parts: list):
+    """The rows of the requests of one batch as one: a list of row mappings, or ``store.Columns``
+    where any request handed its rows column by column (the native endpoint does)."""
+    if len(parts) == 1:
+        return parts[0]
+    if any(isinstance(part, Columns) for part in parts):
+        return Columns.concat(parts)
+    return [row for part in parts for row in part]
 
 
 class IngestWriter:
@@ -188,7 +198,7 @@ class IngestWriter:
                     self._cond.notify_all()  # small batches queued behind this insert may go now
 
     def _write_batch(self, table: str, requests: list[_Request]) -> None:
-        rows = [row for request in requests for row in request.rows]
+        rows = _batch_rows([request.rows for request in requests])
         token = new_token()
         try:
             outcome = self._store_or_spool(table, token, rows)
@@ -218,7 +228,7 @@ class IngestWriter:
                 log.warning("ClickHouse did not take %d %s rows (%s); spooling them", len(rows), table, exc)
         # A batch that was tried may be in ClickHouse already (a timeout after the commit): only its
         # own token dedups it, so it is replayed alone; one never sent may join a replay group.
-        self.spool.append(table, token, rows, solo=tried)  # raises SpoolFull
+        self.spool.append(table, token, rows.rows() if isinstance(rows, Columns) else rows, solo=tried)  # raises SpoolFull
         self._count(rows_spooled=len(rows))
         self._replay_wakeup.set()
         return Outcome.SPOOLED

@@ -1,6 +1,6 @@
 """tracedash's ClickHouse store: the single choke point for every query."""
 
-from .backends import Columns, Result
+from .backends import Columns, Result, column_values
 from .client import Store, get_store, set_store, store_from_settings
 from .errors import DataDirLocked, StoreAuthError, StoreBusy, StoreError, StoreTimeout, StoreUnavailable
 
@@ -14,6 +14,7 @@ __all__ = [
     "StoreError",
     "StoreTimeout",
     "StoreUnavailable",
+    "column_values",
     "get_store",
     "set_store",
     "store_from_settings",

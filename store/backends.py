@@ -74,6 +74,33 @@ class Columns:
     def column(self, name: str):
         return self.columns[name]  # KeyError: Store.insert names the missing column
 
+    @classmethod
+    def from_tuples(cls, names: Sequence[str], values: list[tuple]) -> "Columns":
+        """Rows given as tuples of ``names``' values, in that order, turned into list columns (one
+        transposition in C: the ingest path builds its rows this way, with no dict per row)."""
+        if not values:
+            return cls({name: [] for name in names}, 0)
+        return cls(dict(zip(names, map(list, zip(*values)))), len(values))
+
+    @classmethod
+    def from_rows(cls, names: Sequence[str], rows: Sequence[dict]) -> "Columns":
+        return cls({name: [row[name] for row in rows] for name in names}, len(rows))
+
+    @classmethod
+    def concat(cls, parts: Sequence) -> "Columns":
+        """One batch of several, each ``Columns`` of list columns or a list of row mappings, with the
+        columns of the first ``Columns`` among them (the ingest writer's group commit)."""
+        names = next(list(p.columns) for p in parts if isinstance(p, Columns))
+        parts = [p if isinstance(p, Columns) else cls.from_rows(names, p) for p in parts]
+        return cls({name: list(itertools.chain.from_iterable(p.columns[name] for p in parts)) for name in names},
+                   sum(p.count for p in parts))
+
+    def rows(self) -> list[dict]:
+        """The rows as mappings, from list columns (where a batch must be written out as rows: the
+        ingest spool)."""
+        names = list(self.columns)
+        return [dict(zip(names, values)) for values in zip(*(self.columns[n] for n in names))]
+
 
 def column_values(rows, name: str):
     """The values of column ``name`` of ``rows`` (mappings, or ``Columns``)."""

@@ -173,6 +173,54 @@ def test_concurrent_requests_are_grouped_into_few_inserts(tmp_path, project_with
     assert count_spans(project.pk) == 100
 
 
+def _columns_for(project_id: int, n_traces: int = 1):
+    from ingest.schemas import SPAN_COLUMNS
+    from store import Columns
+
+    return Columns.from_rows(SPAN_COLUMNS, rows_for(project_id, n_traces))
+
+
+def test_requests_given_as_columns_and_as_rows_are_grouped_and_stored_whole(tmp_path, project_with_key):
+    """The native endpoint hands its rows to the writer column by column, the OTLP one as rows: a
+    batch of both is one insert of every row."""
+    project, _ = project_with_key()
+    held = HeldStore(get_store().backend, hold=0.5)
+    real = store.set_store(held)
+    writer = IngestWriter(Spool(tmp_path / "slot-0", max_bytes=10**8), linger=0)
+    try:
+        first = writer.submit("spans", rows_for(project.pk))
+        wait_until(lambda: held.running == 1, timeout=30, message="the first insert to start")
+        behind = [writer.submit("spans", _columns_for(project.pk, 2)), writer.submit("spans", rows_for(project.pk)),
+                  writer.submit("spans", _columns_for(project.pk))]
+        assert [f.result(60) for f in [first, *behind]] == [Outcome.STORED] * 4
+        assert writer.stats["batches"] == 2 and writer.stats["rows_stored"] == 25
+    finally:
+        writer.stop()
+        store.set_store(real)
+    assert count_spans(project.pk) == 25
+
+
+def test_columns_spooled_in_an_outage_are_replayed_as_rows(tmp_path, project_with_key):
+    """A batch given as columns that ClickHouse cannot take is spooled as rows (the spool's format)
+    and stored once ClickHouse is back."""
+    project, _ = project_with_key()
+    real = store.set_store(down_store())
+    writer = IngestWriter(Spool(tmp_path / "slot-0", max_bytes=10**8), replay_interval=0.2)
+    columns = _columns_for(project.pk, 3)
+    try:
+        assert writer.write("spans", columns, timeout=60) == Outcome.SPOOLED
+        segment = writer.spool.read(writer.spool.segments()[0])
+        assert len(segment.rows) == 15 and segment.rows == columns.rows()
+    finally:
+        store.set_store(real)
+    try:
+        writer._replay_wakeup.set()
+        wait_until(lambda: writer.spool.pending() == 0, timeout=60, message="the spool to drain")
+    finally:
+        writer.stop()
+    assert count_spans(project.pk) == 15
+
+
 @pytest.mark.parametrize("traces, inserts_at_once", [(1, 1), (10, 2)], ids=["small-waits", "large-goes-beside"])
 def test_a_second_insert_runs_beside_the_first_only_for_a_large_batch(tmp_path, project_with_key, traces,
                                                                        inserts_at_once):

@@ -8,7 +8,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.schemas import BatchIn, Limits, decode_envelope, parse_span, parse_spans
+from ingest.schemas import (SPAN_COLUMNS, BatchIn, Limits, decode_envelope, parse_span, parse_span_columns,
+                            parse_spans)
+from store.schema import SPANS
 
 LIMITS = Limits(max_attributes=16, max_key_bytes=64, max_value_bytes=400)
 
@@ -82,3 +84,23 @@ def test_checks_outside_msgspec_reject_by_index_on_the_fast_path_too():
     rows, rejected = parse_spans(body, project_id=7, limits=LIMITS)
     assert [r["index"] for r in rejected] == [0, 1]
     assert (rows, rejected) == _per_item(body)
+
+
+def test_the_columns_handed_to_the_writer_are_the_per_item_rows_column_by_column():
+    """``parse_span_columns`` (what the endpoint hands the writer) holds exactly the per-item path's
+    rows, as list columns of every column an insert into ``spans`` needs, on the fast path and on the
+    per-item one (a nested value sends the batch there)."""
+    spans = [_span(0, attributes={"a": 1}), _span(1, parent_span_id="0" * 16), _span(2, phase="inference")]
+    for extra in ({}, {"attributes": {"nested": {"x": 1}}}):
+        spans[0].update(extra)
+        body = _body(spans)
+        columns, rejected = parse_span_columns(body, project_id=7, limits=LIMITS)
+        rows, expected_rejected = _per_item(body)
+        assert rejected == expected_rejected and [r["index"] for r in rejected] == [1]
+        assert len(columns) == len(rows) == 2
+        assert {name: columns.column(name) for name in SPAN_COLUMNS} == {
+            name: [row[name] for row in rows] for name in SPAN_COLUMNS}
+        assert all(type(columns.column(name)) is list for name in SPAN_COLUMNS)
+    assert set(SPAN_COLUMNS) == {c.name for c in SPANS.insert_columns}
+    empty, rejected = parse_span_columns(_body([_span(0, name=" ")]), project_id=7, limits=LIMITS)
+    assert len(empty) == 0 and rejected[0]["field"] == "name"

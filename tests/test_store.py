@@ -137,6 +137,27 @@ def test_columns_insert_as_rows_do_and_reads_come_back_as_arrow(backend_store):
     assert empty.num_rows == 0
 
 
+def test_columns_from_tuples_rows_and_parts_of_both():
+    """The ingest path's ``Columns``: built from per-row tuples in one transposition, turned back into
+    the same rows, and concatenated with batches of rows (the writer's group commit)."""
+    from store import Columns
+
+    names = ("a", "b", "m")
+    tuples = [(1, "x", {"k": "1"}), (2, "y", {})]
+    columns = Columns.from_tuples(names, tuples)
+    assert len(columns) == 2 and columns.column("a") == [1, 2] and columns.column("m") == [{"k": "1"}, {}]
+    assert isinstance(columns.column("b"), list)  # the native driver takes lists as they are
+    rows = [dict(zip(names, t)) for t in tuples]
+    assert columns.rows() == rows
+    assert Columns.from_rows(names, rows).columns == columns.columns
+    empty = Columns.from_tuples(names, [])
+    assert len(empty) == 0 and empty.rows() == [] and empty.column("a") == []
+    joined = Columns.concat([columns, [{"a": 3, "b": "z", "m": {"q": "r"}, "extra": 0}], empty, columns])
+    assert len(joined) == 5 and list(joined.columns) == list(names)
+    assert joined.column("a") == [1, 2, 3, 1, 2]
+    assert joined.rows()[2] == {"a": 3, "b": "z", "m": {"q": "r"}}  # a row's other keys are not columns
+
+
 def test_columns_reach_the_native_driver_as_the_rows_would():
     """The native backend hands the driver Python lists: numpy and Arrow columns are turned into
     the values rows would hold (an Arrow map into dicts)."""
