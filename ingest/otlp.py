@@ -160,7 +160,9 @@ def _proto_value(value):
 
 
 def _proto_attributes(key_values) -> dict:
-    return {kv.key: _proto_value(kv.value) for kv in key_values}
+    # Most values are strings: read those in place, without a call per attribute.
+    return {kv.key: v.string_value if (v := kv.value).WhichOneof("value") == "string_value" else _proto_value(v)
+            for kv in key_values}
 
 
 def _json_value(value):
@@ -465,7 +467,11 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
     if end_ns - start_ns > MAX_DURATION_NS:
         raise FieldError("endTimeUnixNano", "span longer than 7 days")
     attributes = span.attributes
-    model = next((attributes[k] for k in MODEL_KEYS if isinstance(attributes.get(k), str)), "")
+    model = ""
+    for name in MODEL_KEYS:
+        if type(value := attributes.get(name)) is str:
+            model = value
+            break
     ttft_s = _number(attributes, TTFT_SECONDS_KEYS, "ttft", integer=False, maximum=MAX_DURATION_NS / 1e9)
     ttft_ns = None if ttft_s is None else round(ttft_s * 1e9)
     event_times, event_names, event_attributes = [], [], []
@@ -486,7 +492,8 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
     phase, phase_fallback = derive_phase(span)
     langfuse_cost = _langfuse_cost(_json_object_attribute(attributes, LANGFUSE_COST))
     # Langfuse's usage entries as dotted keys, after the token attributes: used when those are absent.
-    with_usage = {**attributes, **(_json_object_attribute(attributes, LANGFUSE_USAGE) or {})}
+    usage = _json_object_attribute(attributes, LANGFUSE_USAGE)
+    with_usage = {**attributes, **usage} if usage else attributes
     status, status_message = _status(span)
     return {
         "project_id": project_id,
@@ -508,11 +515,26 @@ def span_row(span: OtlpSpan, *, project_id: int, limits: Limits) -> dict:
         "output_tokens": _number(with_usage, OUTPUT_TOKEN_KEYS + LANGFUSE_OUTPUT_TOKENS, "output_tokens", integer=True),
         "cost_usd": langfuse_cost if cost is None else cost,
         "attributes": flat,
-        "resource_attributes": flatten_attributes(span.resource, "resource.attributes", limits),
+        "resource_attributes": _flat_resource(span.resource, limits),
         "event_times": event_times,
         "event_names": event_names,
         "event_attributes": event_attributes,
     }
+
+
+# The last resource flattened, with its limits and result: the spans of one resource share its
+# attributes (one dict, decoded once per request), so they are flattened once, not once per span.
+_last_resource: tuple = (None, None, None)
+
+
+def _flat_resource(resource: dict, limits: Limits) -> dict:
+    global _last_resource
+    last, last_limits, flat = _last_resource
+    if last is resource and last_limits == limits:
+        return flat
+    flat = flatten_attributes(resource, "resource.attributes", limits)  # FieldError: nothing is kept
+    _last_resource = (resource, limits, flat)  # one tuple, replaced whole: safe across threads
+    return flat
 
 
 def _rejections_message(rejected: list[dict], noun: str) -> str:

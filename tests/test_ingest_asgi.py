@@ -143,7 +143,8 @@ def test_reads_with_a_key_take_the_fast_path_and_reads_with_a_session_go_to_djan
     assert status == 200 and json.loads(body)["trace_id"] == spans[0]["trace_id"]
     status, _, body = _call("GET", "/api/v1/series/overview", headers=auth, query=b"range=1h")
     assert status == 200 and json.loads(body)["project_id"]
-    assert started == [] and headers["x-content-type-options"] == "nosniff"
+    assert started == [], f"threads started by the reads: {started}"
+    assert headers["x-content-type-options"] == "nosniff"
     # The same reads with a bad key, no key or a blank header: Django's path, the same JSON errors.
     status, _, body = _call("GET", path, headers={"authorization": "Bearer td_000000000000_nope"})
     assert status == 401 and json.loads(body)["error"]["code"] == "invalid_key"

@@ -452,3 +452,49 @@ def test_bad_langfuse_values_reject_the_span(attributes, field, message):
     with pytest.raises(FieldError) as refused:
         otlp.span_row(span, project_id=1, limits=Limits())
     assert refused.value.field == field and message in refused.value.message
+
+
+def test_each_span_gets_its_own_resource_and_a_bad_resource_rejects_its_spans_only():
+    """The spans of one resource share its flattened attributes (flattened once a request); spans of
+    another resource in the same request get theirs, and a resource that cannot be stored rejects
+    each of its spans, naming it, while the other resource's spans are kept."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from ingest import otlp
+    from ingest.schemas import Limits, parse_each
+
+    request = ExportTraceServiceRequest()
+    deep = {"v": "x"}
+    for _ in range(10):
+        deep = {"n": deep}
+
+    def any_value(target, value):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                kv = target.kvlist_value.values.add()
+                kv.key = key
+                any_value(kv.value, inner)
+        else:
+            target.string_value = value
+
+    for n, attributes in enumerate(({"service.name": "a", "region": "eu"}, {"service.name": "b"},
+                                    {"service.name": "c", "deep": deep}, {"service.name": "a", "region": "eu"})):
+        resource_spans = request.resource_spans.add()
+        for key, value in attributes.items():
+            kv = resource_spans.resource.attributes.add()
+            kv.key = key
+            any_value(kv.value, value)
+        scope_spans = resource_spans.scope_spans.add()
+        for i in range(2):
+            span = scope_spans.spans.add()
+            span.trace_id = bytes.fromhex(f"{n + 1:032x}")
+            span.span_id = bytes.fromhex(f"{10 * n + i + 1:016x}")
+            span.name = f"op {n}.{i}"
+            span.start_time_unix_nano = 1_767_225_600_000_000_000
+            span.end_time_unix_nano = 1_767_225_600_001_000_000
+    spans = otlp.decode_traces(request.SerializeToString(), otlp.PROTOBUF)
+    rows, rejected = parse_each(spans, lambda span: otlp.span_row(span, project_id=1, limits=Limits()))
+    assert [r["resource_attributes"] for r in rows] == [{"service.name": "a", "region": "eu"}] * 2 + [
+        {"service.name": "b"}] * 2 + [{"service.name": "a", "region": "eu"}] * 2
+    assert [r["service"] for r in rows] == ["a", "a", "b", "b", "a", "a"]
+    assert [(r["index"], r["field"]) for r in rejected] == [(4, "resource.attributes"), (5, "resource.attributes")]
