@@ -228,7 +228,8 @@ class IngestWriter:
                 log.warning("ClickHouse did not take %d %s rows (%s); spooling them", len(rows), table, exc)
         # A batch that was tried may be in ClickHouse already (a timeout after the commit): only its
         # own token dedups it, so it is replayed alone; one never sent may join a replay group.
-        self.spool.append(table, token, rows.rows() if isinstance(rows, Columns) else rows, solo=tried)  # raises SpoolFull
+        # The spool holds rows: a batch given as columns is written out as rows. Raises SpoolFull.
+        self.spool.append(table, token, rows.rows() if isinstance(rows, Columns) else rows, solo=tried)
         self._count(rows_spooled=len(rows))
         self._replay_wakeup.set()
         return Outcome.SPOOLED
