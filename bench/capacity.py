@@ -202,8 +202,7 @@ def measure_store(store, scenarios, request_numbers, *, batch: int, total_rows: 
 
     from ingest.schemas import Limits, parse_spans
 
-    limits = Limits(max_attributes=settings.TRACEDASH_INGEST_MAX_ATTRIBUTES, max_key_bytes=settings.TRACEDASH_INGEST_MAX_KEY_BYTES,
-                    max_value_bytes=settings.TRACEDASH_INGEST_MAX_VALUE_BYTES)
+    limits = Limits.from_settings(settings)
     native = next(s for s in scenarios if s.name == "json-1000")
     rows = [row for i in range(20) for row in parse_spans(native.patch(native.templates[i % len(native.templates)],
                                                                        next(request_numbers)), project_id=1, limits=limits)[0]]

@@ -600,9 +600,7 @@ class RawStore:
         from store.backends import EmbeddedBackend
         from store.migrator import MigrationContext, migrate
 
-        limits = Limits(max_attributes=settings.TRACEDASH_INGEST_MAX_ATTRIBUTES,
-                        max_key_bytes=settings.TRACEDASH_INGEST_MAX_KEY_BYTES,
-                        max_value_bytes=settings.TRACEDASH_INGEST_MAX_VALUE_BYTES)
+        limits = Limits.from_settings(settings)
         by_name = {s.name: s for s in scenarios}
         native, proto = by_name["json-1000"], by_name["otlp-1000"]
         bodies = 20  # 20,000 distinct rows: two distinct 10,000-row batches
@@ -671,13 +669,10 @@ class RawStore:
 def raw_combined(before: dict, after: dict) -> dict:
     """The figures the report and the ratios use: every rate the mean of the measurement before the
     servers and the one after; the two 1,000-row rates kept, with their spread."""
-    if not before or not after:
-        return before or after
-    combined = {k: (round((before[k] + after[k]) / 2, 2) if isinstance(before[k], float) else round((before[k] + after[k]) / 2))
-                for k in before if k in after and isinstance(before[k], (int, float))}
+    combined = {k: round((before[k] + after[k]) / 2, 2 if isinstance(before[k], float) else None) for k in before}
     low, high = sorted((before["raw_rows_per_s_1000"], after["raw_rows_per_s_1000"]))
     combined.update(raw_1000_before=before["raw_rows_per_s_1000"], raw_1000_after=after["raw_rows_per_s_1000"],
-                    raw_1000_spread=round(high / low - 1, 3) if low else None)
+                    raw_1000_spread=round(high / low - 1, 3))
     return combined
 
 
@@ -707,7 +702,7 @@ def report(results: list[dict], raw: dict, check: dict, info: dict, settings: di
         lines += [f"raw Store.insert (Arrow into chdb, same rows, this process, no server running): "
                   f"{raw['raw_rows_per_s_1000']:,} rows/s at 1,000-row batches ({raw['raw_ms_per_insert_1000']} ms each), "
                   f"{raw['raw_rows_per_s_10000']:,} rows/s at 10,000-row batches ({raw['raw_ms_per_insert_10000']} ms each)"]
-        if raw.get("raw_1000_spread") is not None:
+        if "raw_1000_spread" in raw:
             lines.append(f"  the mean of before the servers ({raw['raw_1000_before']:,} rows/s at 1,000-row batches) and after "
                          f"({raw['raw_1000_after']:,}): {100 * raw['raw_1000_spread']:.0f} % apart"
                          + (" — the machine's speed changed during the run; ratios to raw are uncertain by as much"

@@ -48,9 +48,7 @@ def main(argv=None) -> int:
     from store.backends import arrow_table
     from store.schema import SPANS
 
-    limits = Limits(max_attributes=settings.TRACEDASH_INGEST_MAX_ATTRIBUTES,
-                    max_key_bytes=settings.TRACEDASH_INGEST_MAX_KEY_BYTES,
-                    max_value_bytes=settings.TRACEDASH_INGEST_MAX_VALUE_BYTES)
+    limits = Limits.from_settings(settings)
     names = [c.name for c in SPANS.insert_columns]
     types = [c.type for c in SPANS.insert_columns]
     numbers = itertools.count(1)

@@ -49,6 +49,13 @@ class Limits:
     max_value_bytes: int = 64 * 1024
     max_events: int = 128
 
+    @classmethod
+    def from_settings(cls, settings) -> "Limits":
+        """The limits the server applies (``TRACEDASH_INGEST_MAX_*``; ``settings``: Django's)."""
+        return cls(max_attributes=settings.TRACEDASH_INGEST_MAX_ATTRIBUTES,
+                   max_key_bytes=settings.TRACEDASH_INGEST_MAX_KEY_BYTES,
+                   max_value_bytes=settings.TRACEDASH_INGEST_MAX_VALUE_BYTES)
+
 
 class FieldError(Exception):
     def __init__(self, field: str, message: str):

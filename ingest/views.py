@@ -38,11 +38,7 @@ PROTOBUF = "application/x-protobuf"
 
 
 def _limits() -> Limits:
-    return Limits(
-        max_attributes=settings.TRACEDASH_INGEST_MAX_ATTRIBUTES,
-        max_key_bytes=settings.TRACEDASH_INGEST_MAX_KEY_BYTES,
-        max_value_bytes=settings.TRACEDASH_INGEST_MAX_VALUE_BYTES,
-    )
+    return Limits.from_settings(settings)
 
 
 async def _begin(request, content_types: tuple[str, ...]):
