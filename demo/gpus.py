@@ -6,9 +6,11 @@ GPU's take (the sampler's rows, ``POST /api/v1/resources``'s validation, the sam
 What a simulated GPU reports, from the LLM simulator's state for its model (``SimulatorApp.model_stats``):
 
 - memory used = runtime overhead (CUDA context, activations) + the variant's weights + the KV-cache
-  blocks in use x the bytes one block stands for. (A real vLLM reserves its whole KV cache at start,
-  so its NVML figure stays flat; the demo counts the blocks in use so the figure moves with load.)
-  FP16 weights of an 8 B model are about 15 GiB, INT8 about half;
+  blocks in use x the bytes one block stands for, the blocks averaged over the time since the
+  previous reading (as the utilisation is). (A real vLLM reserves its whole KV cache at start, so
+  its NVML figure stays flat; the demo counts the blocks in use so the figure moves with load, and
+  averages them so one reading every ten seconds is not a draw from a cache that fills and empties
+  within a second.) FP16 weights of an 8 B model are about 15 GiB, INT8 about half;
 - utilisation = the share of the time since the previous reading in which at least one request was
   running on that model (prefill or decode): INT8 decodes faster, so the same traffic keeps it busy
   for less time;
@@ -75,6 +77,9 @@ class SimulatedNvml:
         # index -> (monotonic time, busy seconds) at the last reading; the utilisation it gave
         self._last = {i: (now, float(self._model(i)["busy_s"])) for i in range(len(self._gpus))}
         self._util = {i: 0.0 for i in range(len(self._gpus))}
+        # index -> (monotonic time, KV block-seconds) at the last memory reading; the memory it gave
+        self._kv_last = {i: (now, float(self._model(i)["kv_block_s"])) for i in range(len(self._gpus))}
+        self._memory: dict[int, int] = {}
         self._lock = threading.Lock()
 
     # -- the pynvml calls
@@ -109,19 +114,32 @@ class SimulatedNvml:
         return int((70 + 5.6 * self._last_utilization(handle)) * 1000)  # milliwatts
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[_Process]:
-        return [_Process(os.getpid(), self.memory_used(handle) - 512 * 1024 ** 2)]
+        used = self._memory[handle] if handle in self._memory else self.memory_used(handle)
+        return [_Process(os.getpid(), used - 512 * 1024 ** 2)]  # the reading's memory, not a new one
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[_Process]:
         return []
 
     # -- the figures
     def _model(self, handle: int) -> dict:
-        return self._stats().get(self._gpus[handle].model) or {"running": 0, "kv_usage": 0.0, "busy_s": 0.0}
+        return self._stats().get(self._gpus[handle].model) or {"running": 0, "kv_usage": 0.0, "kv_blocks": 0,
+                                                               "kv_block_s": 0.0, "busy_s": 0.0}
 
     def memory_used(self, handle: int) -> int:
-        gpu, m = self._gpus[handle], self._model(handle)
-        return int(gpu.overhead_bytes + gpu.weights_bytes + m["kv_usage"] * gpu.kv_cache_bytes
+        """Bytes in use: the KV cache's mean usage since the previous memory reading (its usage now
+        when no time has passed), plus the weights, the overhead and the running batch's activations."""
+        gpu, m, now = self._gpus[handle], self._model(handle), time.monotonic()
+        block_s = float(m["kv_block_s"])
+        with self._lock:
+            then, block_s_then = self._kv_last[handle]
+            self._kv_last[handle] = (now, block_s)
+        usage = m["kv_usage"]
+        if now - then > 0 and m["kv_blocks"]:
+            usage = max(0.0, min(1.0, (block_s - block_s_then) / (now - then) / m["kv_blocks"]))
+        used = int(gpu.overhead_bytes + gpu.weights_bytes + usage * gpu.kv_cache_bytes
                    + min(m["running"], 8) * 0.25 * GIB)  # activations of the running batch
+        self._memory[handle] = used
+        return used
 
     def utilization(self, handle: int) -> float:
         """Percent of the time since the previous reading (the first: since this object was made)

@@ -6,7 +6,7 @@ Endpoints
     GET  /v1/models             the configured model names
     GET  /health                {"status": "ok"}
     GET  /stats                 counters: requests, in_flight, queued, active, errors, tokens, kv_cache, ...,
-                                and per model: running, waiting, KV blocks used, busy seconds
+                                and per model: running, waiting, KV blocks used, KV block-seconds, busy seconds
     GET  /metrics               vLLM's (V1 engine) Prometheus metrics, per model (see "Engine metrics")
 
 Timing model of one chat completion (all knobs in :class:`SimulatorConfig`, per model in
@@ -471,8 +471,8 @@ class _Pool:
     a decoding request its next block, preempting the newest running request when none is free."""
 
     __slots__ = ("capacity", "max_queue", "sem", "active", "waiting", "model_name", "metrics", "blocks",
-                 "block_tokens", "used", "running", "queue", "preemptions", "loop", "priority", "arrivals",
-                 "_busy", "_since")
+                 "block_tokens", "_used", "running", "queue", "preemptions", "loop", "priority", "arrivals",
+                 "_busy", "_since", "_block_s", "_used_since")
 
     def __init__(self, capacity: int, max_queue: int, model_name: str, metrics: _ModelMetrics, blocks: int = 0,
                  block_tokens: int = 16, scheduling_policy: str = "fcfs"):
@@ -481,12 +481,14 @@ class _Pool:
         self.arrivals = 0
         self._busy = 0.0                 # seconds with at least one request running, up to _since
         self._since = time.monotonic()
+        self._block_s = 0.0              # KV-cache block-seconds held, up to _used_since
+        self._used_since = self._since
+        self._used = 0
         self.model_name, self.metrics = model_name, metrics
         self.blocks, self.block_tokens = blocks, block_tokens
         self.sem: asyncio.Semaphore | None = None
         self.active = 0                  # requests holding a slot (running)
         self.waiting = 0                 # requests waiting for a slot (or blocks)
-        self.used = 0                    # KV-cache blocks held by running requests
         self.running: list[_Seq] = []    # KV model: running requests in the order they were (re)admitted
         self.queue: deque[_Seq] = deque()  # KV model: waiting requests, the next to admit first
         self.preemptions = 0
@@ -497,7 +499,7 @@ class _Pool:
         self.sem = asyncio.Semaphore(self.capacity) if self.capacity and not self.blocks else None
         self.active = self.waiting = self.used = 0
         self.running, self.queue, self.loop = [], deque(), loop
-        self._since = time.monotonic()
+        self._since = self._used_since = time.monotonic()
 
     def mark(self) -> None:
         """Call before ``active`` changes: accrues the busy time (a request running) until now."""
@@ -505,6 +507,22 @@ class _Pool:
         if self.active > 0:
             self._busy += now - self._since
         self._since = now
+
+    @property
+    def used(self) -> int:
+        """KV-cache blocks held by running requests."""
+        return self._used
+
+    @used.setter
+    def used(self, blocks: int) -> None:
+        now = time.monotonic()
+        self._block_s += self._used * (now - self._used_since)
+        self._used, self._used_since = blocks, now
+
+    def block_seconds(self) -> float:
+        """KV-cache block-seconds held so far: over an interval, their increase / its length / the
+        blocks is the cache's mean usage (the demo's simulated GPU memory, demo.gpus)."""
+        return self._block_s + self._used * (time.monotonic() - self._used_since)
 
     def busy_seconds(self) -> float:
         """Seconds so far in which at least one request was running (prefilling or decoding): the
@@ -769,21 +787,24 @@ class SimulatorApp:
 
     def model_stats(self) -> dict[str, dict]:
         """Per model name (the pools serving it added up): requests running and waiting, KV-cache
-        blocks used of all, and ``busy_s``, the seconds in which at least one request ran (the
-        demo's simulated GPUs read their utilisation and memory from this, demo.gpus)."""
+        blocks used of all, ``kv_block_s``, the block-seconds held so far, and ``busy_s``, the seconds
+        in which at least one request ran (the demo's simulated GPUs read their utilisation and
+        memory from this, demo.gpus)."""
         out: dict[str, dict] = {}
         for pool in (self._default_pool, *self._pools.values()):
             m = out.setdefault(pool.model_name, {"running": 0, "waiting": 0, "kv_blocks": 0, "kv_used": 0,
-                                                 "busy_s": 0.0, "preemptions": 0})
+                                                 "kv_block_s": 0.0, "busy_s": 0.0, "preemptions": 0})
             m["running"] += pool.active
             m["waiting"] += pool.waiting
             m["kv_blocks"] += pool.blocks
             m["kv_used"] += pool.used
+            m["kv_block_s"] += pool.block_seconds()
             m["busy_s"] += pool.busy_seconds()
             m["preemptions"] += pool.preemptions
         for m in out.values():
             m["kv_usage"] = round(m["kv_used"] / m["kv_blocks"], 4) if m["kv_blocks"] else 0.0
             m["busy_s"] = round(m["busy_s"], 4)
+            m["kv_block_s"] = round(m["kv_block_s"], 4)
         return out
 
     # ---- chat completions

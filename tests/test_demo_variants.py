@@ -14,13 +14,16 @@ import http.client
 import json
 import statistics
 import time
+import types
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import demo.gpus
+import demo.simulator
 import tracedash_sdk as td
-from demo.gpus import GIB, gpu_samplers
+from demo.gpus import GIB, SimulatedNvml, gpu_samplers
 from demo.simulator import SimulatorConfig, serve
 from demo.workload import TIERS, VARIANTS, DemoApp, DemoJudge, simulated_gpus, simulator_config
 
@@ -106,13 +109,51 @@ def test_a_simulated_gpus_memory_and_utilisation_follow_its_load():
                 seen.append(fp16.sample()[1])
                 time.sleep(0.05)
             busy.result()
-        after = fp16.sample()[1]
+        fp16.sample()  # a reading averages the KV cache since the previous one, the load's tail included;
+        after = fp16.sample()[1]  # the next one's interval is all idle
     loaded = max(seen, key=lambda r: r["gpu_memory_used"])
     assert loaded["gpu_memory_used"] > idle["gpu_memory_used"] + GIB  # KV blocks in use + activations
     assert after["gpu_memory_used"] == idle["gpu_memory_used"]  # all freed again
     assert idle["gpu_utilization"] == 0.0
     assert max(r["gpu_utilization"] for r in seen) > 50  # requests ran nearly all the time
     assert loaded["gpu_memory_used"] / loaded["gpu_memory_total"] < 0.85  # under the default alert rule
+
+
+def test_a_simulated_gpus_memory_averages_the_kv_cache_since_the_previous_reading(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(demo.gpus, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    model = {"running": 0, "waiting": 0, "kv_blocks": 12, "kv_used": 0, "kv_usage": 0.0, "kv_block_s": 0.0,
+             "busy_s": 0.0, "preemptions": 0}
+    gpu = simulated_gpus()[0]
+    nvml = SimulatedNvml(lambda: {gpu.model: dict(model)}, [gpu])
+    base = gpu.overhead_bytes + gpu.weights_bytes
+    # 10 s: all 12 blocks held for 2.5 s, none for the rest; the cache is empty at the reading.
+    clock[0] += 10
+    model["kv_block_s"] = 12 * 2.5
+    assert nvml.nvmlDeviceGetMemoryInfo(0).used == base + int(0.25 * gpu.kv_cache_bytes)
+    # the processes' figure is that reading's, not a new one over no time
+    assert nvml.nvmlDeviceGetComputeRunningProcesses(0)[0].usedGpuMemory == base + int(0.25 * gpu.kv_cache_bytes) - 512 * 1024**2
+    # 5 s at half the cache, 4 requests running now
+    clock[0] += 5
+    model.update(kv_block_s=model["kv_block_s"] + 6 * 5, kv_used=6, kv_usage=0.5, running=4)
+    assert nvml.nvmlDeviceGetMemoryInfo(0).used == int(base + 0.5 * gpu.kv_cache_bytes + 4 * 0.25 * GIB)
+    # no time since the last reading: the cache's usage now
+    model.update(kv_used=12, kv_usage=1.0, running=0)
+    assert nvml.memory_used(0) == base + gpu.kv_cache_bytes
+
+
+def test_a_pools_block_seconds_add_up_the_blocks_held_over_time(monkeypatch):
+    clock = [50.0]
+    monkeypatch.setattr(demo.simulator, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    pool = demo.simulator._Pool(16, 0, FP16, None, blocks=16)
+    pool.used += 4
+    clock[0] += 2
+    pool.used += 8          # 4 blocks for 2 s
+    clock[0] += 1           # 12 blocks for 1 s
+    assert pool.block_seconds() == pytest.approx(4 * 2 + 12 * 1)
+    pool.used -= 12
+    clock[0] += 3           # none for 3 s
+    assert pool.block_seconds() == pytest.approx(20)
 
 
 @pytest.mark.clickhouse

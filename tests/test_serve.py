@@ -143,6 +143,16 @@ def _int8_against_fp16(variants: dict) -> dict | None:
     return None
 
 
+def _differences(variants: dict) -> dict:
+    """The Variants JSON's INT8-against-FP16 differences, short enough to read in a failure."""
+    rows = {f["metric"]: f["differences"][1:] for f in variants.get("figures", [])
+            if f["metric"] in ("E2E P50", "GPU memory")}
+    rows.update({s["name"]: s["figures"][0]["differences"][1:] for s in variants.get("scores", [])})
+    keep = ("difference", "low", "high", "significant")
+    return {"values": variants.get("values"),
+            **{name: [d and {k: d.get(k) for k in keep} for d in ds] for name, ds in rows.items()}}
+
+
 def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
     started = time.monotonic()
     server = Server(server_dir, _free_port()).start()
@@ -199,12 +209,14 @@ def test_make_run_serves_the_slice_and_restarts_on_the_same_data(server_dir):
         while not _cache_shown(overview := _json(opener, f"{server.base}/overview.json?project=1&range=15m")):
             assert time.monotonic() < deadline, f"no cache hit rate and latency saved after 2 min: {overview.get('cache')}"
             time.sleep(2)
-        # ... and within five minutes the Variants view puts the demo's INT8 beside its FP16: faster and on
-        # less GPU memory (each difference with its 95 % interval, significant), with a lower judged quality.
-        deadline = started + 300
+        # ... and the Variants view puts the demo's INT8 beside its FP16: faster and on less GPU memory
+        # (each difference with its 95 % interval, significant), with a lower judged quality. About a
+        # minute here, idle or with the CPUs saturated; the ceiling is for a far slower machine.
+        deadline = started + 600
         url = f"{server.base}/variants.json?project=1&range=15m&key=llm.quantization&value=fp16&value=int8"
         while not (shown := _int8_against_fp16(variants := _json(opener, url))):
-            assert time.monotonic() < deadline, f"INT8 not shown faster, smaller and lower-scored after 5 min: {variants}"
+            assert time.monotonic() < deadline, \
+                f"INT8 not shown faster, smaller and lower-scored after 10 min: {_differences(variants)}"
             time.sleep(5)
         assert variants["hosts"] == {"fp16": ["demo-gpu-fp16"], "int8": ["demo-gpu-int8"]}, variants["hosts"]
     finally:
