@@ -143,7 +143,11 @@ def test_reads_with_a_key_take_the_fast_path_and_reads_with_a_session_go_to_djan
     assert status == 200 and json.loads(body)["trace_id"] == spans[0]["trace_id"]
     status, _, body = _call("GET", "/api/v1/series/overview", headers=auth, query=b"range=1h")
     assert status == 200 and json.loads(body)["project_id"]
-    assert started == [], f"threads started by the reads: {started}"
+    # The product's bounded reader pools may add a worker (up to their size) when a read is submitted
+    # before the previous one's worker has marked itself idle, a race a busy machine makes likely;
+    # what must not happen is a thread per request (Django's sync thread).
+    bounded = ("tracedash-trace-events_", "panel-read_")
+    assert [name for name in started if not name.startswith(bounded)] == [], f"threads started by the reads: {started}"
     assert headers["x-content-type-options"] == "nosniff"
     # The same reads with a bad key, no key or a blank header: Django's path, the same JSON errors.
     status, _, body = _call("GET", path, headers={"authorization": "Bearer td_000000000000_nope"})
