@@ -101,9 +101,22 @@ class Server:
         return done.stdout
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used so far (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        """User + system CPU time the server has used so far: its process (all its threads) and the
+        processes it started that still run (the ingest parse workers, TRACEDASH_INGEST_PARSE_PROCESSES)."""
+        stats = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue  # ended meanwhile
+                stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+        ticks, family = 0, {self.proc.pid}
+        while family:
+            pid = family.pop()
+            ticks += stats.get(pid, (0, 0))[1]
+            family |= {child for child, (parent, _) in stats.items() if parent == pid}
+        return ticks / _CLOCK_TICKS
 
     def rss_bytes(self) -> int:
         return rss_bytes(self.proc.pid)

@@ -750,6 +750,10 @@ def parse_args(argv=None):
                         help="inserts the server's writer may run at once (TRACEDASH_INGEST_WRITE_THREADS); default: "
                              "the server's own (1 with its in-process beat, 2 without), except that --compare-beat "
                              "runs both servers with 1, so that their ratio is the beat's cost alone")
+    parser.add_argument("--parse-processes", type=int, choices=range(0, 17), metavar="N",
+                        help="worker processes that parse the native JSON batches beside the server "
+                             "(TRACEDASH_INGEST_PARSE_PROCESSES); default: the server's own (0). Server CPU then "
+                             "counts the workers too")
     args = parser.parse_args(argv)
     if args.write_threads is None and args.compare_beat:
         args.write_threads = 1
@@ -827,6 +831,8 @@ def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, 
         env["TRACEDASH_EMBEDDED_BEAT"] = "0"
     if args.write_threads:
         env["TRACEDASH_INGEST_WRITE_THREADS"] = str(args.write_threads)
+    if args.parse_processes is not None:
+        env["TRACEDASH_INGEST_PARSE_PROCESSES"] = str(args.parse_processes)
     server = Server(data_dir, env=env)
     results: list[dict] = []
     try:

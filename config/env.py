@@ -33,6 +33,7 @@ VARIABLES: dict[str, str] = {
     "TRACEDASH_INGEST_MAX_SPANS": "most spans (or resource samples) in one ingest request; default 10000",
     "TRACEDASH_INGEST_RATE_LIMIT": "spans per second one ingest key may send (bursts of 2 s allowed); 0 = no limit; default 200000",
     "TRACEDASH_INGEST_SPOOL_MAX_MB": "disk the ingest spool may use while ClickHouse is down, then 503; default 1024",
+    "TRACEDASH_INGEST_PARSE_PROCESSES": "worker processes that parse native JSON batches for the server (docs/architecture.md); default 0: the server parses them itself",
     "TRACEDASH_INGEST_WRITE_THREADS": "inserts the ingest writer may run at once (the second only for a batch of 2,000+ rows); default 2, 1 where the server runs its beat in-process",
     "TRACEDASH_DEMO": "1 (default) runs the demo workload and LLM simulator inside `make run`; 0 turns it off",
     "TRACEDASH_DEMO_SIMULATOR_PORT": "port of the demo's LLM simulator under `make run`; default 0 (any free port)",
@@ -110,6 +111,7 @@ class Env:
     slow_write_ms: int = 5000
     key_cache_ms: int = 500
     ingest_write_threads_set: int = 0  # 0: chosen by ingest_write_threads
+    ingest_parse_processes: int = 0  # worker processes parsing native JSON batches (0: in process)
     scrape_targets: tuple[str, ...] = ()  # inference engines' /metrics the embedded server scrapes
 
     @property
@@ -386,6 +388,7 @@ def load(environ=None) -> Env:
         ingest_rate_limit=_positive_int(environ, "TRACEDASH_INGEST_RATE_LIMIT", 200_000, minimum=0),
         ingest_spool_max_bytes=_positive_int(environ, "TRACEDASH_INGEST_SPOOL_MAX_MB", 1024, maximum=10**7) * 1024 * 1024,
         ingest_write_threads_set=_positive_int(environ, "TRACEDASH_INGEST_WRITE_THREADS", 0, minimum=0, maximum=8),
+        ingest_parse_processes=_positive_int(environ, "TRACEDASH_INGEST_PARSE_PROCESSES", 0, minimum=0, maximum=64),
         demo=_flag(environ, "TRACEDASH_DEMO", "1"),
         demo_simulator_port=_positive_int(environ, "TRACEDASH_DEMO_SIMULATOR_PORT", 0, minimum=0, maximum=65535),
         slow_query_ms=_positive_int(environ, "TRACEDASH_SLOW_QUERY_MS", 1000, minimum=0, maximum=86_400_000),

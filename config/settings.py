@@ -231,6 +231,7 @@ TRACEDASH_INGEST_MAX_SPANS = ENV.ingest_max_spans
 TRACEDASH_INGEST_MAX_ATTRIBUTES = 128
 TRACEDASH_INGEST_MAX_KEY_BYTES = 256
 TRACEDASH_INGEST_MAX_VALUE_BYTES = 64 * 1024
+TRACEDASH_INGEST_PARSE_PROCESSES = ENV.ingest_parse_processes  # ingest.parse_pool
 TRACEDASH_INGEST_RATE_LIMIT = ENV.ingest_rate_limit  # spans/s per key, per web process
 TRACEDASH_INGEST_RATE_BURST_SECONDS = 2.0
 # How long a process answers from its memory of checked keys before it reads the key revision

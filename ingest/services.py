@@ -35,7 +35,8 @@ def traces_group(project_id: int) -> str:
 
 
 def _event(rows) -> dict:
-    trace_ids = sorted(set(column_values(rows, "trace_id")))
+    ids = column_values(rows, "trace_id")
+    trace_ids = sorted(ids.unique().to_pylist() if hasattr(ids, "unique") else set(ids))
     return {"type": "traces.ingested", "spans": len(rows), "trace_ids": trace_ids[:100]}
 
 

@@ -22,6 +22,7 @@ from config.fast_path import fast_path
 from store import Columns, column_values
 from .auth import authenticate_request_async
 from .http import ApiError, read_body
+from .parse_pool import parse_pool
 from .ratelimit import limiter, retry_after_header
 from .schemas import (EnvelopeError, FieldError, Limits, SamplesIn, TooManyItems, decode_envelope, parse_each,
                       parse_span_columns)
@@ -115,8 +116,13 @@ async def traces_ingest(request):
     try:
         key, _, body = await _begin(request, (JSON,))
         try:
-            rows, rejected = parse_span_columns(body, project_id=key.project_id, limits=_limits(),
-                                                max_items=settings.TRACEDASH_INGEST_MAX_SPANS)
+            pool = parse_pool(settings.TRACEDASH_INGEST_PARSE_PROCESSES)
+            if pool is not None:
+                rows, rejected = await pool.parse(body, project_id=key.project_id, limits=_limits(),
+                                                  max_items=settings.TRACEDASH_INGEST_MAX_SPANS)
+            else:
+                rows, rejected = parse_span_columns(body, project_id=key.project_id, limits=_limits(),
+                                                    max_items=settings.TRACEDASH_INGEST_MAX_SPANS)
         except EnvelopeError as exc:
             raise _envelope_error(exc, "spans") from None
         except TooManyItems as exc:
@@ -174,6 +180,8 @@ def _with_scores(rows, rejected: list) -> tuple:
     score rows, rejected): the scores a span carries by the OTel convention
     (``ingest.scores.span_score_rows``); a span whose score is bad is rejected whole, naming the
     attribute, so neither its span nor its scores are written."""
+    if isinstance(rows, Columns) and rows.arrow:
+        return rows, [], rejected  # parsed by a worker, which found no score (ingest.parse_pool)
     if not any(map(has_score_keys, column_values(rows, "attributes"), column_values(rows, "event_names"))):
         return rows, [], rejected  # the common case: one cheap pass, nothing copied
     if isinstance(rows, Columns):

@@ -28,6 +28,7 @@ import threading
 import uvicorn
 
 from alerts.services import deliveries_wait
+from ingest.parse_pool import close_parse_pool
 from ingest.writer import stop_writer
 
 log = logging.getLogger("tracedash.serve")
@@ -43,6 +44,7 @@ def stop_in_order(*, demo, beat, store, notes: StopNotes, out, err) -> bool:
             demo.stop()  # normally done already, before the server stopped
         if beat is not None:
             beat.request_stop()  # winds down while the writer drains
+        close_parse_pool()  # the ingest parse workers, if any (no request is left to parse)
         # The process's ingest writer, whoever started it (the requests, or the host sampler in the
         # beat): it writes what is queued (or spools it) before the store closes. None started: no-op.
         clean &= stop_writer()

@@ -87,19 +87,63 @@ class Columns:
         return cls({name: [row[name] for row in rows] for name in names}, len(rows))
 
     @classmethod
+    def from_arrow(cls, table) -> "Columns":
+        """A pyarrow table built by :func:`arrow_table` (in another process, say), its columns kept
+        as Arrow arrays: the embedded insert takes them as they are."""
+        return cls({name: table.column(name).combine_chunks() for name in table.column_names}, table.num_rows)
+
+    @classmethod
     def concat(cls, parts: Sequence) -> "Columns":
-        """One batch of several, each ``Columns`` of list columns or a list of row mappings, with the
-        columns of the first ``Columns`` among them (the ingest writer's group commit)."""
+        """One batch of several, each ``Columns`` (of list columns, or of Arrow arrays) or a list of
+        row mappings, with the columns of the first ``Columns`` among them (the ingest writer's group
+        commit). Arrow columns stay Arrow where every part has them; else all become lists."""
         names = next(list(p.columns) for p in parts if isinstance(p, Columns))
         parts = [p if isinstance(p, Columns) else cls.from_rows(names, p) for p in parts]
-        return cls({name: list(itertools.chain.from_iterable(p.columns[name] for p in parts)) for name in names},
+        if all(p.arrow for p in parts):
+            import pyarrow as pa
+
+            return cls({name: pa.concat_arrays([p.columns[name] for p in parts]) for name in names},
+                       sum(p.count for p in parts))
+        return cls({name: list(itertools.chain.from_iterable(p.values(name) for p in parts)) for name in names},
                    sum(p.count for p in parts))
 
+    @property
+    def arrow(self) -> bool:
+        """Whether the columns are Arrow arrays (from :meth:`from_arrow`)."""
+        return bool(self.columns) and all(hasattr(v, "to_pylist") for v in self.columns.values())
+
+    def values(self, name: str) -> list:
+        """Column ``name`` as a list of the values a parsed row holds (an Arrow column converted:
+        datetimes as integer ns, maps as dicts)."""
+        values = self.columns[name]
+        return _python_list(values) if hasattr(values, "to_pylist") else values
+
     def rows(self) -> list[dict]:
-        """The rows as mappings, from list columns (where a batch must be written out as rows: the
-        ingest spool)."""
+        """The rows as mappings (where a batch must be written out as rows: the ingest spool)."""
         names = list(self.columns)
-        return [dict(zip(names, values)) for values in zip(*(self.columns[n] for n in names))]
+        return [dict(zip(names, values)) for values in zip(*(self.values(n) for n in names))]
+
+
+def _python_list(array) -> list:
+    """An Arrow array built by ``_arrow_array`` back to the Python values it was built from."""
+    import pyarrow as pa
+
+    def plain(t):  # timestamps as their integer ns, everything else as it is
+        if pa.types.is_timestamp(t):
+            return pa.int64()
+        if pa.types.is_list(t):
+            return pa.list_(plain(t.value_type))
+        return t
+
+    kind = array.type
+    if plain(kind) != kind:
+        array = array.cast(plain(kind))
+    values = array.to_pylist()
+    if pa.types.is_map(kind):
+        return [{} if v is None else dict(v) for v in values]
+    if pa.types.is_list(kind) and pa.types.is_map(kind.value_type):
+        return [[{} if m is None else dict(m) for m in v] for v in values]
+    return values
 
 
 def column_values(rows, name: str):
@@ -113,10 +157,7 @@ def python_values(values, ch_type: str) -> list:
     if isinstance(values, list):
         return values
     if hasattr(values, "to_pylist"):
-        out = values.to_pylist()
-        if _unwrap(ch_type).startswith("Map("):
-            out = [{} if v is None else dict(v) for v in out]
-        return out
+        return _python_list(values)
     return values.tolist()
 
 

@@ -71,11 +71,16 @@ class Command(BaseCommand):
         notes = StopNotes()
         try:
             if workers == 1:
+                from ingest.parse_pool import parse_pool
                 from ingest.writer import get_writer
 
                 writer = get_writer()  # replays at once whatever a previous run left in the spool
                 if writer.spool.pending():
                     self.stdout.write(f"tracedash: replaying {writer.spool.pending()} spooled batch(es) into ClickHouse")
+                pool = parse_pool(settings.TRACEDASH_INGEST_PARSE_PROCESSES)
+                if pool is not None:
+                    pool.start()
+                    self.stdout.write(f"tracedash: {pool.processes} ingest parse worker process(es)")
             if settings.ENV.embedded_beat and settings.CELERY_BEAT_SCHEDULE:
                 from config.celery import app
                 from server.embedded_beat import EmbeddedBeat
