@@ -173,14 +173,23 @@ def test_concurrent_requests_are_grouped_into_few_inserts(tmp_path, project_with
     assert count_spans(project.pk) == 100
 
 
-def _columns_for(project_id: int, n_traces: int = 1):
+def _columns_for(project_id: int, n_traces: int = 1, *, arrow: bool = False):
+    """Rows as the native endpoint hands them over: list columns, or (``arrow``) the Arrow columns
+    a parse worker returns (ingest.parse_pool)."""
     from ingest.schemas import SPAN_COLUMNS
     from store import Columns
+    from store.backends import arrow_table
+    from store.schema import SPANS
 
-    return Columns.from_rows(SPAN_COLUMNS, rows_for(project_id, n_traces))
+    columns = Columns.from_rows(SPAN_COLUMNS, rows_for(project_id, n_traces))
+    if not arrow:
+        return columns
+    types = {c.name: c.type for c in SPANS.insert_columns}
+    return Columns.from_arrow(arrow_table(SPAN_COLUMNS, [types[n] for n in SPAN_COLUMNS], columns))
 
 
-def test_requests_given_as_columns_and_as_rows_are_grouped_and_stored_whole(tmp_path, project_with_key):
+@pytest.mark.parametrize("arrow", [False, True], ids=["lists", "arrow"])
+def test_requests_given_as_columns_and_as_rows_are_grouped_and_stored_whole(tmp_path, project_with_key, arrow):
     """The native endpoint hands its rows to the writer column by column, the OTLP one as rows: a
     batch of both is one insert of every row."""
     project, _ = project_with_key()
@@ -190,8 +199,8 @@ def test_requests_given_as_columns_and_as_rows_are_grouped_and_stored_whole(tmp_
     try:
         first = writer.submit("spans", rows_for(project.pk))
         wait_until(lambda: held.running == 1, timeout=30, message="the first insert to start")
-        behind = [writer.submit("spans", _columns_for(project.pk, 2)), writer.submit("spans", rows_for(project.pk)),
-                  writer.submit("spans", _columns_for(project.pk))]
+        behind = [writer.submit("spans", _columns_for(project.pk, 2, arrow=arrow)),
+                  writer.submit("spans", rows_for(project.pk)), writer.submit("spans", _columns_for(project.pk, arrow=arrow))]
         assert [f.result(60) for f in [first, *behind]] == [Outcome.STORED] * 4
         assert writer.stats["batches"] == 2 and writer.stats["rows_stored"] == 25
     finally:
@@ -200,17 +209,20 @@ def test_requests_given_as_columns_and_as_rows_are_grouped_and_stored_whole(tmp_
     assert count_spans(project.pk) == 25
 
 
-def test_columns_spooled_in_an_outage_are_replayed_as_rows(tmp_path, project_with_key):
-    """A batch given as columns that ClickHouse cannot take is spooled as rows (the spool's format)
-    and stored once ClickHouse is back."""
+@pytest.mark.parametrize("arrow", [False, True], ids=["lists", "arrow"])
+def test_columns_spooled_in_an_outage_are_replayed_as_rows(tmp_path, project_with_key, arrow):
+    """A batch given as columns (lists, or a parse worker's Arrow columns) that ClickHouse cannot
+    take is spooled as the rows it was parsed into (the spool's format) and stored once ClickHouse
+    is back."""
     project, _ = project_with_key()
     real = store.set_store(down_store())
     writer = IngestWriter(Spool(tmp_path / "slot-0", max_bytes=10**8), replay_interval=0.2)
-    columns = _columns_for(project.pk, 3)
+    columns = _columns_for(project.pk, 3, arrow=arrow)
     try:
         assert writer.write("spans", columns, timeout=60) == Outcome.SPOOLED
         segment = writer.spool.read(writer.spool.segments()[0])
         assert len(segment.rows) == 15 and segment.rows == columns.rows()
+        assert all(type(row["start_time"]) is int and type(row["attributes"]) is dict for row in segment.rows)
     finally:
         store.set_store(real)
     try:
