@@ -133,6 +133,8 @@ class ParsePool:
                     if self._executor is pool:
                         self._executor = None
                 pool.shutdown(wait=False, cancel_futures=True)
+            except RuntimeError:  # shut down meanwhile (the server is stopping): parse here
+                pass
             else:
                 return _result(outcome)
         return parse_span_columns(body, project_id=project_id, limits=limits, max_items=max_items)
