@@ -151,9 +151,9 @@ def column_values(rows, name: str):
     return rows.column(name) if isinstance(rows, Columns) else [row[name] for row in rows]
 
 
-def python_values(values, ch_type: str) -> list:
+def python_values(values) -> list:
     """A column's values as a Python list (the native driver's input): from a list as it is, from
-    numpy or Arrow (an Arrow ``Map`` gives dicts, as rows hold them)."""
+    numpy or Arrow (an Arrow ``Map`` gives dicts and a timestamp integer ns, as rows hold them)."""
     if isinstance(values, list):
         return values
     if hasattr(values, "to_pylist"):
@@ -729,7 +729,7 @@ class NativeBackend:
                dedup_token: str | None = None) -> None:
         data = []
         for name, ch_type in zip(columns, types):
-            values = python_values(column_values(rows, name), ch_type)
+            values = python_values(column_values(rows, name))
             scale = _datetime_scale(ch_type)
             inner = _array_inner(ch_type)
             if scale is not None:
