@@ -30,9 +30,11 @@ def _start() -> str:
 
 
 def _stop() -> str:
+    from ingest.parse_pool import close_parse_pool
     from ingest.writer import current_writer, stop_writer
     from store import get_store
 
+    close_parse_pool()  # its parse workers, if TRACEDASH_INGEST_PARSE_PROCESSES started any
     writer = current_writer()
     stats = dict(writer.stats) if writer is not None else {}
     clean = stop_writer()
