@@ -30,7 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from store import Columns
 
-from .schemas import SPAN_COLUMNS, EnvelopeError, Limits, TooManyItems, parse_span_columns
+from .schemas import SPAN_COLUMNS, SPAN_TYPES, EnvelopeError, Limits, TooManyItems, parse_span_columns
 from .scores import has_score_keys
 
 log = logging.getLogger(__name__)
@@ -40,13 +40,6 @@ log = logging.getLogger(__name__)
 # json-100's 113 KiB bodies went 12.0-13.6k spans/s against 13.6-20.5k parsed in process, while
 # json-1000's 1.1 MiB went 31.0-34.5k against 26.8-27.0k (docs/BENCHMARKS.md).
 MIN_BODY_BYTES = 256 * 1024
-
-
-def _span_types() -> list[str]:
-    from store.schema import SPANS
-
-    types = {column.name: column.type for column in SPANS.insert_columns}
-    return [types[name] for name in SPAN_COLUMNS]
 
 
 def parse_in_worker(body: bytes, project_id: int, limits: Limits, max_items: int | None):
@@ -65,7 +58,7 @@ def parse_in_worker(body: bytes, project_id: int, limits: Limits, max_items: int
         return ("too_many", exc.count, exc.maximum)
     if any(map(has_score_keys, columns.column("attributes"), columns.column("event_names"))):
         return ("lists", columns.columns, columns.count, rejected)
-    table = arrow_table(SPAN_COLUMNS, _span_types(), columns)
+    table = arrow_table(SPAN_COLUMNS, SPAN_TYPES, columns)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -91,7 +84,6 @@ def _warm() -> None:
     import pyarrow  # noqa: F401
 
     import store.backends  # noqa: F401
-    import store.schema  # noqa: F401
 
 
 class ParsePool:

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from store import Columns
+from store.schema import SPANS
 
 PHASES = ("network", "preprocess", "inference", "postprocess", "other")
 STATUSES = ("ok", "error")
@@ -435,6 +436,8 @@ SPAN_COLUMNS = (
     "event_names",
     "event_attributes",
 )
+# Their ClickHouse types, in that order (the insert's Arrow table: ingest.parse_pool builds it).
+SPAN_TYPES = tuple({c.name: c.type for c in SPANS.insert_columns}[name] for name in SPAN_COLUMNS)
 
 
 def _span_values(span, project_id: int, limits: Limits, attributes: dict, resource: dict) -> tuple:

@@ -113,10 +113,8 @@ class Columns:
         return bool(self.columns) and all(hasattr(v, "to_pylist") for v in self.columns.values())
 
     def values(self, name: str) -> list:
-        """Column ``name`` as a list of the values a parsed row holds (an Arrow column converted:
-        datetimes as integer ns, maps as dicts)."""
-        values = self.columns[name]
-        return _python_list(values) if hasattr(values, "to_pylist") else values
+        """Column ``name`` as a list of the values a parsed row holds (:func:`python_values`)."""
+        return python_values(self.columns[name])
 
     def rows(self) -> list[dict]:
         """The rows as mappings (where a batch must be written out as rows: the ingest spool)."""

@@ -176,16 +176,12 @@ def test_concurrent_requests_are_grouped_into_few_inserts(tmp_path, project_with
 def _columns_for(project_id: int, n_traces: int = 1, *, arrow: bool = False):
     """Rows as the native endpoint hands them over: list columns, or (``arrow``) the Arrow columns
     a parse worker returns (ingest.parse_pool)."""
-    from ingest.schemas import SPAN_COLUMNS
+    from ingest.schemas import SPAN_COLUMNS, SPAN_TYPES
     from store import Columns
     from store.backends import arrow_table
-    from store.schema import SPANS
 
     columns = Columns.from_rows(SPAN_COLUMNS, rows_for(project_id, n_traces))
-    if not arrow:
-        return columns
-    types = {c.name: c.type for c in SPANS.insert_columns}
-    return Columns.from_arrow(arrow_table(SPAN_COLUMNS, [types[n] for n in SPAN_COLUMNS], columns))
+    return Columns.from_arrow(arrow_table(SPAN_COLUMNS, SPAN_TYPES, columns)) if arrow else columns
 
 
 @pytest.mark.parametrize("arrow", [False, True], ids=["lists", "arrow"])

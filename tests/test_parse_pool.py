@@ -16,14 +16,10 @@ from pathlib import Path
 import pytest
 
 from ingest.parse_pool import ParsePool
-from ingest.schemas import SPAN_COLUMNS, EnvelopeError, Limits, TooManyItems, parse_span_columns
+from ingest.schemas import SPAN_COLUMNS, SPAN_TYPES, EnvelopeError, Limits, TooManyItems, parse_span_columns
 from store import Columns, get_store
 from store.backends import arrow_table
-from store.schema import SPANS
 from tests.spans import llm_trace
-
-TYPES = {column.name: column.type for column in SPANS.insert_columns}
-
 
 def _body(spans) -> bytes:
     return json.dumps({"spans": spans}).encode()
@@ -64,7 +60,7 @@ def _as_rows(columns: Columns) -> list[dict]:
 
 def test_arrow_columns_turn_back_into_the_parsed_rows():
     parsed, _ = parse_span_columns(_body(_varied()), project_id=7, limits=Limits())
-    table = arrow_table(SPAN_COLUMNS, [TYPES[name] for name in SPAN_COLUMNS], parsed)
+    table = arrow_table(SPAN_COLUMNS, SPAN_TYPES, parsed)
     back = Columns.from_arrow(table)
     assert back.arrow and not parsed.arrow
     assert back.rows() == parsed.rows()
