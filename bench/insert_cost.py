@@ -81,12 +81,9 @@ def main(argv=None) -> int:
     total = len(sizes) * args.rounds
     for step, (n, rnd) in enumerate(itertools.product(sizes, range(args.rounds)), 1):
         for label in (*variants, *parts):
-            if label in variants:
-                store.command("SET " + ", ".join(f"{name} = {value}" for name, value in variants[label].items()),
-                              tag="bench.insert_cost.set")
-            else:
-                store.command("SET " + ", ".join(f"{name} = {value}" for name, value in store_settings.items()),
-                              tag="bench.insert_cost.set")
+            settings = variants.get(label, store_settings)  # the parts run with the store's own
+            store.command("SET " + ", ".join(f"{name} = {value}" for name, value in settings.items()),
+                          tag="bench.insert_cost.set")
             offset = (rnd * 977 + n * 3 + len(label)) % (len(rows) - n)
             part = rows[offset:offset + n]
             wall, cpu = time.perf_counter(), time.process_time()
