@@ -31,6 +31,17 @@ def server_loop_register(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
+def nobody_listens(layer, group: str) -> bool:
+    """Whether a send to ``group`` would reach no one, known without a round trip: the in-memory
+    layer (embedded mode) holds its groups in this process, and an empty one means no page of the
+    project is open. A send to it would still build the event and schedule a task per request (a
+    few per cent of a 100-span ingest request's time on the event loop). A Redis layer's groups
+    live in Redis: always sent."""
+    from channels.layers import InMemoryChannelLayer
+
+    return isinstance(layer, InMemoryChannelLayer) and not layer.groups.get(group)
+
+
 async def _bounded_send(layer, group: str, message: dict) -> None:
     # A Redis that accepts connections but answers nothing (frozen, overloaded) must not hold a
     # task or the beat: the event is given up after SEND_TIMEOUT_SECONDS (TimeoutError, logged).
@@ -50,7 +61,7 @@ def group_send(group: str, message: dict, *, wait: bool = True) -> None:
 
     try:
         layer = get_channel_layer()
-        if layer is None:
+        if layer is None or nobody_listens(layer, group):
             return
         loop = _server_loop
         try:

@@ -17,7 +17,7 @@ import msgspec
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from config.live import group_send
+from config.live import group_send, nobody_listens
 from store import column_values
 
 from .schemas import SamplesIn, decode_envelope, parse_each, parse_engine_sample, parse_resource_sample
@@ -62,9 +62,9 @@ async def traces_notify_async(*, project_id: int, rows: list[dict]) -> None:
         return
     try:
         layer = get_channel_layer()
-        if layer is not None:
-            await asyncio.wait_for(layer.group_send(traces_group(project_id), _event(rows)),
-                                   LIVE_SEND_TIMEOUT_SECONDS)
+        group = traces_group(project_id)
+        if layer is not None and not nobody_listens(layer, group):
+            await asyncio.wait_for(layer.group_send(group, _event(rows)), LIVE_SEND_TIMEOUT_SECONDS)
     except Exception:  # noqa: BLE001 - logged, never swallowed silently
         log.exception("live update for project %s failed", project_id)
 
@@ -76,9 +76,9 @@ async def resources_notify_async(*, project_id: int, rows: list[dict]) -> None:
         return
     try:
         layer = get_channel_layer()
-        if layer is not None:
-            await asyncio.wait_for(layer.group_send(traces_group(project_id), _resources_event(rows)),
-                                   LIVE_SEND_TIMEOUT_SECONDS)
+        group = traces_group(project_id)
+        if layer is not None and not nobody_listens(layer, group):
+            await asyncio.wait_for(layer.group_send(group, _resources_event(rows)), LIVE_SEND_TIMEOUT_SECONDS)
     except Exception:  # noqa: BLE001 - logged, never swallowed silently
         log.exception("live resources update for project %s failed", project_id)
 

@@ -210,7 +210,9 @@ async def _write_spans_and_scores(spans: list, scores: list) -> None:
         writes.append(writer.submit_async("spans", spans))
     if scores:
         writes.append(writer.submit_async("scores", scores))
-    if writes:
+    if len(writes) == 1:
+        await _stored(writes[0])  # the common case: no gather (a task per request) around one write
+    elif writes:
         await _stored(asyncio.gather(*writes))
 
 

@@ -96,3 +96,40 @@ def test_live_send_from_sync_code_gives_up_on_a_frozen_redis(monkeypatch, caplog
         redis.send_signal(signal.SIGCONT)
         redis.kill()
         redis.wait(10)
+
+
+def test_an_event_is_built_and_sent_only_when_a_page_listens(monkeypatch):
+    """With the in-memory layer (embedded mode) an ingest request sends nothing to a project with
+    no open page: the event is not even built. Once a page joins the group, it is sent."""
+    from channels.layers import get_channel_layer
+
+    from ingest import services
+    from ingest.services import resources_notify_async, traces_group, traces_notify_async
+
+    layer = get_channel_layer()
+    sent, built = [], []
+    real_event = services._event
+
+    async def record(group, message):
+        sent.append((group, message["type"]))
+
+    def event(rows):
+        built.append(len(rows))
+        return real_event(rows)
+
+    monkeypatch.setattr(layer, "group_send", record)
+    monkeypatch.setattr(services, "_event", event)
+    rows = [{"trace_id": "a" * 32}, {"trace_id": "b" * 32}]
+    samples = [{"host": "gpu-host-a"}]
+    group = traces_group(987)
+    async_to_sync(traces_notify_async)(project_id=987, rows=rows)
+    async_to_sync(resources_notify_async)(project_id=987, rows=samples)
+    assert sent == [] and built == []
+
+    async_to_sync(layer.group_add)(group, "specific.test!listener")
+    try:
+        async_to_sync(traces_notify_async)(project_id=987, rows=rows)
+        async_to_sync(resources_notify_async)(project_id=987, rows=samples)
+    finally:
+        async_to_sync(layer.group_discard)(group, "specific.test!listener")
+    assert sent == [(group, "traces.ingested"), (group, "resources.ingested")] and built == [2]
