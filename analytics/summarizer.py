@@ -36,7 +36,7 @@ from ingest.services import traces_group
 from store import get_store
 
 from .prices import prices_for_project
-from analytics import attribute_index, summary_arrays, summary_sql
+from analytics import attribute_index, summary_arrays, summary_sql, trace_presence
 
 from analytics.trace_math import PHASES, Tree, trace_summarize
 
@@ -213,22 +213,42 @@ def summary_engine(store) -> str:
     return engine
 
 
+def _previous(store, project_id: int, ids: list[str]) -> dict[str, dict]:
+    """The latest summary of each of ``ids`` that has one (``_PREVIOUS_SQL``'s columns), by id. On
+    the embedded store most are answered from memory (analytics.trace_presence: new traces and
+    those summarised in the last minutes), and only the rest are read by id."""
+    presence = trace_presence.presence_for(store)
+    found, ask = ({}, ids) if presence is None else presence.split(project_id, ids)
+    if ask:
+        found.update((r["trace_id"], r) for r in store.query(
+            _PREVIOUS_SQL, {"project_id": project_id, "trace_ids": ",".join(ask)},
+            tag="analytics.summarizer.previous").dicts())
+    return found
+
+
 def _write(store, params: dict, batch: list[dict], *, prices, project_id: int, version: int) -> list[dict]:
     """Write the summaries of the traces ``params`` names with the configured engine
     (``TRACEDASH_SUMMARY_ENGINE``); returns each one's ``trace_id``, ``start_ns`` and ``span_count``."""
+    presence = trace_presence.presence_for(store)
     if summary_engine(store) == "arrays":
         rows = summary_arrays.summaries_write(store, _SPANS_SQL, params, project_id=project_id, version=version,
                                               prices=prices)
         if not len(rows):
             return []
+        ids = list(rows.column("trace_id"))
+        if presence is not None:
+            presence.written(project_id, ids, rows)
         return [{"trace_id": t, "start_ns": s, "span_count": n} for t, s, n in zip(
-            rows.column("trace_id"), rows.column("start_time").tolist(), rows.column("span_count").tolist())]
+            ids, rows.column("start_time").tolist(), rows.column("span_count").tolist())]
     # A small batch (an incremental run's) on one thread: half the CPU; a large one (a backlog,
     # a rebuild) on all of them: the same CPU, sooner.
     counts = [t.get("spans") for t in batch]
     small = None not in counts and sum(int(c) for c in counts) <= settings.TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS
     store.command(_INSERT_ONE_THREAD_SQL if small else _INSERT_SQL, params, tag="analytics.summarizer.write")
-    return store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
+    written = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
+    if presence is not None:
+        presence.written(project_id, [r["trace_id"] for r in written])
+    return written
 
 
 def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
@@ -252,8 +272,7 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
     spans_read = 0
     for batch in _batches(touched, settings.TRACEDASH_SUMMARIZE_BATCH_TRACES):
         ids = [t["trace_id"] for t in batch]
-        previous = {r["trace_id"]: r for r in store.query(
-            _PREVIOUS_SQL, {"project_id": project_id, "trace_ids": ",".join(ids)}, tag="analytics.summarizer.previous").dicts()}
+        previous = _previous(store, project_id, ids)
         # Every span of these traces lies within the new spans' range and the range the previous
         # summary saw, so one bounded read finds them all.
         lo = min([int(t["first_ns"]) for t in batch] + [int(p["spans_start_ns"]) for p in previous.values()])

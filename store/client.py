@@ -101,6 +101,24 @@ class Store:
         # TRACEDASH_CLICKHOUSE_CLUSTER: the canonical table names are then Distributed tables over
         # ``<name>_local`` (store.schema); reads and inserts use the canonical names unchanged.
         self.cluster = cluster or None
+        self._write_listeners: list = []
+
+    def add_write_listener(self, listener) -> None:
+        """Tell ``listener`` of every write: ``on_insert(table, rows, tag)`` after an ``insert``
+        that succeeded, ``on_insert_failed(table, tag)`` after one that raised (its rows may be
+        stored all the same), ``on_command(sql, tag)`` after a ``command`` that succeeded and
+        ``on_command_failed(sql, tag)`` after one that raised (the statement as the caller wrote
+        it). A listener keeps state derived from the tables (analytics.trace_presence); one that
+        fails is told to ``reset()``, and the write's outcome stands."""
+        self._write_listeners.append(listener)
+
+    def _tell(self, method: str, *args) -> None:
+        for listener in self._write_listeners:
+            try:
+                getattr(listener, method)(*args)
+            except Exception:  # noqa: BLE001 - the write succeeded; the listener starts over
+                log.exception("store write listener %r failed on %s", listener, method)
+                listener.reset()
 
     def ddl_target(self, table: str) -> str:
         """What an ALTER, OPTIMIZE, mutation or lightweight DELETE of ``table`` must name: its
@@ -136,8 +154,15 @@ class Store:
     def command(self, sql: str, params: Mapping | None = None, *, tag: str) -> None:
         """Run a statement that returns nothing (DDL, ALTER, TRUNCATE)."""
         started = time.perf_counter()
-        self.backend.command(tag_comment(tag) + sql, dict(params) if params else None, tag)
+        try:
+            self.backend.command(tag_comment(tag) + sql, dict(params) if params else None, tag)
+        except BaseException:
+            if self._write_listeners:  # it may have written part of its rows all the same
+                self._tell("on_command_failed", sql, tag)
+            raise
         self._timed("write", tag, started)
+        if self._write_listeners:
+            self._tell("on_command", sql, tag)
 
     def insert(self, table: str, rows: Sequence[Mapping], *, tag: str, dedup_token: str | None = None,
                defaulted: Sequence[str] = ()) -> int:
@@ -159,7 +184,13 @@ class Store:
             self.backend.insert(table, [c.name for c in columns], [c.type for c in columns], rows, tag, dedup_token)
         except KeyError as exc:
             raise StoreError(f"row for {table} lacks column {exc.args[0]!r}", tag=tag) from exc
+        except BaseException:
+            if self._write_listeners:  # it may have been stored all the same (a timeout after the write)
+                self._tell("on_insert_failed", table, tag)
+            raise
         self._timed("write", tag, started)
+        if self._write_listeners:
+            self._tell("on_insert", table, rows, tag)
         return len(rows)
 
     def settled_until_ms(self, table: str) -> int | None:

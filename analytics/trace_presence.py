@@ -1,0 +1,300 @@
+"""Which touched traces may already have a summary, answered in memory on the embedded store.
+
+Every summariser run looks up the latest summary of the traces it touches (their earlier spans'
+range, their start, whether they have a root). ``traces`` is ordered by trace id in granules of
+1,024 rows and a run's ids are random, so that lookup reads a granule of nearly every part: its
+cost grows with the whole table (``bench/trace_lookup.py``: 39 ms of CPU for 4,700 ids among
+300,000 summaries, 391 among 6 M), until it outlasts the 2 s between runs. Neither a
+``bloom_filter`` skipping index (834 ms) nor an ``EmbeddedRocksDB`` key-value table (520 ms, with
+keys written in many small inserts) keeps it flat.
+
+On the embedded store this process makes every write to ``traces``, so it can keep two things
+that answer most of a run's ids without reading the table:
+
+- a **Bloom filter** of every (project, trace) that has a summary: built once from the table (its
+  ids only), then fed by every insert into ``traces`` through ``Store.insert`` (the store's write
+  listeners). A trace it does not hold has no summary: the run treats it as new without a read.
+  It can answer "maybe" for a trace that has none (~1 % of them, and any deleted since), which
+  costs a read, never a wrong answer. A statement that writes ``traces`` other than the
+  summariser's own (``INSERT … SELECT`` in a script or migration) or removes its rows makes it
+  start over from the table.
+- the **recent summaries** this process wrote (the last ``RECENT_SECONDS``, at most
+  ``RECENT_MAX`` traces), with what the lookup would return: a trace that grows over a few runs
+  (its spans exported as they end) is answered from here. Any other write of one of these traces
+  drops its entry.
+
+Only the ids the filter holds and the recent summaries do not (a late span of an older trace, a
+false positive) are read from ``traces``, by id: a few granules, whatever the table's size. A
+ClickHouse server is written by other processes too (Celery workers, other web workers): there
+the summariser reads every id, as before.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+TABLE = "traces"
+OWN_WRITE_TAGS = frozenset({"analytics.summarizer.write"})  # statements whose ids the summariser reports itself
+RECENT_SECONDS = 60.0  # a trace's spans mostly arrive within this (exporters send every few seconds)
+RECENT_MAX = 100_000  # summaries remembered at most (~30 MB)
+BITS_PER_TRACE = 12  # 7 bits in one 64-bit word per id: ~1 % false positives at capacity
+HASHES = 7
+MIN_CAPACITY = 1 << 16
+# The filter is built a range of trace ids at a time: '' ≤ id < '1', …, 'f' ≤ id (ids are lowercase hex).
+_ID_RANGES = [("" if i == 0 else f"{i:x}", f"{i + 1:x}" if i < 15 else "") for i in range(16)]
+FIELDS = ("spans_start_ns", "spans_end_ns", "start_ns", "has_root", "version", "spans_digest")
+
+_NIBBLE = np.zeros(256, dtype=np.uint8)  # a hex digit's value (anything else: 0; only hashes matter)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _NIBBLE[_c] = _i
+for _i, _c in enumerate(b"ABCDEF"):
+    _NIBBLE[_c] = 10 + _i
+_WRITES_TRACES = re.compile(r"\b(INSERT\s+INTO|TRUNCATE\s+TABLE(\s+IF\s+EXISTS)?|ALTER\s+TABLE|DELETE\s+FROM|DROP\s+TABLE(\s+IF\s+EXISTS)?|"
+                            r"OPTIMIZE\s+TABLE|EXCHANGE\s+TABLES|RENAME\s+TABLE)\s+`?" + TABLE + r"(_local)?`?(\s|\(|$|;)",
+                            re.IGNORECASE)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """A 64-bit finaliser (splitmix64's): ids that are not random (counters) spread all the same."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def trace_hashes(project_id: int, trace_ids) -> tuple[np.ndarray, np.ndarray]:
+    """Two 64-bit hashes of each (project, trace id): the 32 hex digits read as two numbers,
+    mixed with the project. ``trace_ids``: text, or an (n, 32) array of their bytes."""
+    digits = _NIBBLE[_id_bytes(trace_ids)]
+    packed = np.ascontiguousarray((digits[:, 0::2] << 4) | digits[:, 1::2])  # (n, 16) bytes
+    halves = packed.view(">u8").astype(np.uint64)  # (n, 2): the id as two numbers
+    with np.errstate(over="ignore"):
+        project = _mix(np.uint64(project_id) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(1))
+        h1 = _mix(halves[:, 0] ^ project)
+        h2 = _mix(halves[:, 1] + h1) | np.uint64(1)
+    return h1, h2
+
+
+class BloomFilter:
+    """A blocked Bloom filter over (project, trace id) pairs: each id sets ``HASHES`` bits of one
+    64-bit word (one memory access per id to add or check; numpy over all the ids at once)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = max(MIN_CAPACITY, int(capacity))
+        self.words = max(1, self.capacity * BITS_PER_TRACE // 64)
+        self._array = np.zeros(self.words, dtype=np.uint64)
+        self.count = 0
+
+    def _slots(self, project_id: int, trace_ids) -> tuple[np.ndarray, np.ndarray]:
+        """Each id's word and the bits it sets there."""
+        h1, h2 = trace_hashes(project_id, trace_ids)
+        # the top 32 bits scaled to the word count (a multiply, not a division)
+        word = ((h1 >> np.uint64(32)) * np.uint64(self.words) >> np.uint64(32)).astype(np.int64)
+        mask = np.zeros(len(h2), dtype=np.uint64)
+        one, six = np.uint64(1), np.uint64(6)
+        for i in range(HASHES):
+            mask |= one << ((h2 >> (six * np.uint64(i))) & np.uint64(63))
+        return word, mask
+
+    def add(self, project_id: int, trace_ids) -> None:
+        if not len(trace_ids):
+            return
+        word, mask = self._slots(project_id, trace_ids)
+        np.bitwise_or.at(self._array, word, mask)  # (unbuffered: two ids of one word both count)
+        self.count += len(trace_ids)
+
+    def may_contain(self, project_id: int, trace_ids) -> np.ndarray:
+        if not len(trace_ids):
+            return np.zeros(0, dtype=bool)
+        word, mask = self._slots(project_id, trace_ids)
+        return (self._array[word] & mask) == mask
+
+    @property
+    def full(self) -> bool:
+        return self.count > self.capacity
+
+
+class TracePresence:
+    """The summariser's memory of which traces have a summary, for one embedded store (see the
+    module's docstring). Thread-safe: the summariser, the ingest writer's inserts and any other
+    writer call it from their own threads."""
+
+    def __init__(self, store):
+        self._store = store
+        self._lock = threading.Lock()
+        self._filter: BloomFilter | None = None  # None: build from the table on the next lookup
+        self._building: BloomFilter | None = None  # being filled from the table (not yet answering)
+        self._epoch = 0  # raised by every reset: a build that raced one is thrown away
+        self._recent: dict[tuple[int, str], tuple] = {}
+        self._written: deque[tuple[float, list[tuple[int, str]]]] = deque()
+        self.stats = {"builds": 0, "asked": 0, "recent": 0, "absent": 0, "read": 0}
+
+    # --- the store's write listener ------------------------------------------------------------
+    def on_insert(self, table: str, rows, tag: str) -> None:
+        if table != TABLE:
+            return
+        by_project: dict[int, list[str]] = {}
+        for project_id, trace_id in zip(_column(rows, "project_id"), _column(rows, "trace_id")):
+            by_project.setdefault(int(project_id), []).append(str(trace_id))
+        with self._lock:
+            for project_id, ids in by_project.items():
+                for bloom in (self._filter, self._building):
+                    if bloom is not None:
+                        bloom.add(project_id, ids)
+                for trace_id in ids:
+                    self._recent.pop((project_id, trace_id), None)
+
+    def on_insert_failed(self, table: str, tag: str) -> None:
+        if table == TABLE:
+            self.reset()
+
+    def on_command(self, sql: str, tag: str) -> None:
+        if tag not in OWN_WRITE_TAGS and _WRITES_TRACES.search(sql):
+            self.reset()
+
+    def on_command_failed(self, sql: str, tag: str) -> None:
+        if _WRITES_TRACES.search(sql):  # the summariser's own too: it reports no ids for it
+            self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._filter = self._building = None
+            self._epoch += 1
+            self._recent.clear()
+            self._written.clear()
+
+    # --- the summariser ------------------------------------------------------------------------
+    def written(self, project_id: int, trace_ids: list[str], rows=None) -> None:
+        """The summariser wrote these traces' summaries (``rows``: their ``traces`` columns, when it
+        has them; without, e.g. an ``INSERT … SELECT``, only the filter learns the ids)."""
+        now = time.monotonic()
+        with self._lock:
+            if rows is None:  # (rows inserted through Store.insert reached the filter by on_insert)
+                for bloom in (self._filter, self._building):
+                    if bloom is not None:
+                        bloom.add(project_id, trace_ids)
+                for trace_id in trace_ids:
+                    self._recent.pop((project_id, trace_id), None)
+                return
+            keys = [(project_id, t) for t in trace_ids]
+            values = zip(*(np.asarray(_column(rows, name)).tolist() for name in
+                           ("spans_start", "spans_end", "start_time", "has_root", "version", "spans_digest")))
+            self._recent.update(zip(keys, values))
+            self._written.append((now, keys))
+            self._expire(now)
+
+    def _expire(self, now: float) -> None:
+        while self._written and (now - self._written[0][0] > RECENT_SECONDS or len(self._recent) > RECENT_MAX):
+            _, keys = self._written.popleft()
+            for key in keys:
+                self._recent.pop(key, None)
+
+    def split(self, project_id: int, trace_ids: list[str]) -> tuple[dict[str, dict], list[str]]:
+        """({trace id: its latest summary's lookup fields} for those answered from memory, [ids to
+        read from ``traces``]). A trace in neither has no summary."""
+        self._ensure_filter()
+        known: dict[str, dict] = {}
+        unknown: list[str] = []
+        with self._lock:
+            self._expire(time.monotonic())
+            for trace_id in trace_ids:
+                hit = self._recent.get((project_id, trace_id))
+                if hit is None:
+                    unknown.append(trace_id)
+                else:
+                    known[trace_id] = dict(zip(FIELDS, hit), trace_id=trace_id)
+            bloom = self._filter
+            maybe = bloom.may_contain(project_id, unknown) if bloom is not None else np.ones(len(unknown), dtype=bool)
+        ask = [t for t, m in zip(unknown, maybe.tolist()) if m]
+        self.stats["asked"] += len(trace_ids)
+        self.stats["recent"] += len(known)
+        self.stats["absent"] += len(unknown) - len(ask)
+        self.stats["read"] += len(ask)
+        return known, ask
+
+    def _ensure_filter(self) -> None:
+        """Build the filter from every trace id in ``traces`` (once, again after a reset, and a
+        bigger one once it holds more ids than it was sized for). The new filter receives the ids
+        of every insert from before its read starts (``on_insert``), and answers only once the
+        read has filled it: meanwhile a full one keeps answering (more false positives, never a
+        false negative), and without one every id is read from the table."""
+        with self._lock:
+            if (self._filter is not None and not self._filter.full) or self._building is not None:
+                return
+            epoch = self._epoch
+            least = self._filter.count if self._filter is not None else 0
+        total = int(self._store.query(f"SELECT count() FROM {TABLE}", tag="analytics.trace_presence.count").scalar())
+        with self._lock:
+            if self._epoch != epoch or self._building is not None:
+                return
+            bloom = self._building = BloomFilter(2 * max(total, least))
+        projects = self._store.query(f"SELECT DISTINCT project_id FROM {TABLE}",
+                                     tag="analytics.trace_presence.projects").rows
+        for (project_id,) in projects:
+            # A sixteenth of the project's ids at a time (a range of the sort key: only its
+            # granules are read), so the read never holds the whole column at once.
+            for low, high in _ID_RANGES:
+                ids = self._store.query_arrow(
+                    f"SELECT trace_id FROM {TABLE} WHERE project_id = {{p:UInt64}} AND trace_id >= {{low:String}}"
+                    + (" AND trace_id < {high:String}" if high else ""),
+                    {"p": int(project_id), "low": low, "high": high}, tag="analytics.trace_presence.build")
+                with self._lock:
+                    if self._epoch != epoch or self._building is not bloom:
+                        return  # reset meanwhile: the next lookup builds again
+                    bloom.add(int(project_id), _fixed_ids(ids.column("trace_id")))
+        with self._lock:
+            if self._epoch != epoch or self._building is not bloom:
+                return
+            self._filter, self._building = bloom, None
+            self.stats["builds"] += 1
+
+
+def _fixed_ids(column) -> np.ndarray:
+    """A column of 32-character trace ids as an (n, 32) array of their bytes."""
+    import pyarrow as pa
+
+    array = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    if pa.types.is_fixed_size_binary(array.type) and array.type.byte_width == 32 and array.null_count == 0:
+        data = np.frombuffer(array.buffers()[1], dtype=np.uint8)[array.offset * 32:(array.offset + len(array)) * 32]
+        return data.reshape(-1, 32)
+    return _id_bytes([str(v) for v in array.to_pylist()])
+
+
+def _id_bytes(trace_ids) -> np.ndarray:
+    """Trace ids (text) as an (n, 32) array of bytes (other lengths padded or cut: only their
+    hashes matter)."""
+    if isinstance(trace_ids, np.ndarray):
+        return trace_ids
+    joined = b"".join(t.encode()[:32].ljust(32, b"0") for t in trace_ids)
+    return np.frombuffer(joined, dtype=np.uint8).reshape(-1, 32)
+
+
+def _column(rows, name: str):
+    """A column of ``Store.insert``'s rows: ``store.Columns`` or a list of mappings."""
+    column = getattr(rows, "column", None)
+    if column is not None:
+        return column(name)
+    return [row[name] for row in rows]
+
+
+_PRESENCE: dict[int, TracePresence] = {}
+_PRESENCE_LOCK = threading.Lock()
+
+
+def presence_for(store) -> TracePresence | None:
+    """The store's TracePresence, registered as its write listener on first use; None where the
+    store is written by other processes too (a ClickHouse server)."""
+    if store.kind != "embedded":
+        return None
+    with _PRESENCE_LOCK:
+        presence = getattr(store, "_trace_presence", None)
+        if presence is None:
+            presence = store._trace_presence = TracePresence(store)
+            store.add_write_listener(presence)
+        return presence

@@ -1,0 +1,167 @@
+"""The summariser's memory of which traces have a summary (analytics.trace_presence): the Bloom
+filter never forgets an id, the lookup it answers equals the read of ``traces`` after every kind
+of write, and it reads by id only what memory cannot answer."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import pytest
+
+from analytics import summarizer, trace_presence
+from analytics.trace_presence import BloomFilter, presence_for
+from store import get_store
+from tests.spans import llm_trace
+from tests.test_summarizer import MS, insert
+from tests.trace_seed import seed
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
+
+
+def _ids(n: int, rng: random.Random) -> list[str]:
+    return [f"{rng.getrandbits(128):032x}" for _ in range(n)]
+
+
+def test_the_filter_holds_every_id_it_was_given_and_few_others():
+    rng = random.Random(5)
+    bloom = BloomFilter(20_000)
+    added = _ids(20_000, rng) + [f"{n:032x}" for n in range(500)]  # random ids and a counter's
+    bloom.add(7, added[:12_000])
+    bloom.add(7, np.frombuffer("".join(added[12_000:]).encode(), dtype=np.uint8).reshape(-1, 32))  # as bytes
+    assert bloom.may_contain(7, added).all(), "no false negative, whatever form the ids came in"
+    others = _ids(20_000, rng)
+    assert bloom.may_contain(7, others).mean() < 0.02
+    assert bloom.may_contain(8, added).mean() < 0.02, "an id of one project is not another's"
+    assert not bloom.full and bloom.count == 20_500
+    small = BloomFilter(1)
+    small.add(1, _ids(small.capacity + 1, rng))
+    assert small.capacity == trace_presence.MIN_CAPACITY and small.full, "sized for its capacity, then full"
+
+
+def _read(project_id: int, ids: list[str]) -> dict[str, dict]:
+    """The lookup as the store answers it (every id read from ``traces``)."""
+    return {r["trace_id"]: r for r in get_store().query(
+        summarizer._PREVIOUS_SQL, {"project_id": project_id, "trace_ids": ",".join(ids)},
+        tag="tests.trace_presence.read").dicts()}
+
+
+def _assert_lookup_exact(project_id: int, ids: list[str]) -> None:
+    got = summarizer._previous(get_store(), project_id, ids)
+    want = _read(project_id, ids)
+    assert set(got) == set(want)
+    for trace_id, row in want.items():
+        assert {k: int(got[trace_id][k]) for k in trace_presence.FIELDS} == {k: int(row[k]) for k in trace_presence.FIELDS}, trace_id
+
+
+@pytest.mark.parametrize("engine", ["arrays", "sql"])
+def test_the_lookup_equals_the_table_after_every_kind_of_write(engine, project_with_key, settings):
+    """Summaries written by the summariser, grown by late spans, seeded by a plain insert and by a
+    statement, and a truncation: after each, the lookup answers exactly what reading ``traces`` would."""
+    settings.TRACEDASH_SUMMARY_ENGINE = engine
+    settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
+    project, _ = project_with_key()
+    other, _ = project_with_key()
+    store = get_store()
+    presence = presence_for(store)
+    rng = random.Random(11)
+    start = time.time_ns() - 600 * 1_000_000_000
+    traces = [llm_trace(start_ns=start + i * 3000 * MS) for i in range(6)]
+    ids = [t[0]["trace_id"] for t in traces]
+    never = _ids(40, rng)
+
+    # children first: every trace is new, none is read by id
+    insert(project.pk, [s for t in traces for s in t[1:]])
+    insert(other.pk, traces[0][1:])  # the same ids in another project
+    asked = dict(presence.stats)
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert presence.stats["read"] == asked["read"], "new traces are known to be new"
+    _assert_lookup_exact(project.pk, ids + never)
+    _assert_lookup_exact(other.pk, ids[:1])
+
+    # the roots arrive: the previous summaries come from memory, and the result is the table's
+    time.sleep(0.01)
+    insert(project.pk, [t[0] for t in traces])
+    summarizer.traces_summarize(project_ids=[project.pk])
+    rows = {r["trace_id"]: r for r in store.query(
+        "SELECT trace_id, span_count, has_root FROM traces FINAL WHERE project_id = {p:UInt64}", {"p": project.pk},
+        tag="tests.trace_presence.rows").dicts()}
+    assert all(rows[t]["span_count"] == 5 and rows[t]["has_root"] == 1 for t in ids)
+    _assert_lookup_exact(project.pk, ids + never)
+
+    # a summary inserted by someone else (a seed, through Store.insert), then a late span of it
+    seeded = llm_trace(start_ns=start)
+    seeded_id = seed(seeded[1:], project_id=project.pk)
+    _assert_lookup_exact(project.pk, [seeded_id] + never)
+    time.sleep(0.01)
+    insert(project.pk, seeded[:1])
+    summarizer.traces_summarize(project_ids=[project.pk])
+    grown = store.query("SELECT span_count, has_root FROM traces FINAL WHERE trace_id = {t:String}", {"t": seeded_id},
+                        tag="tests.trace_presence.grown").dicts()[0]
+    assert grown == {"span_count": 5, "has_root": 1}
+    _assert_lookup_exact(project.pk, [seeded_id] + never)
+
+    # a statement writing ``traces``: the memory starts over from the table
+    copied = _ids(1, rng)[0]
+    store.command("INSERT INTO traces SELECT * REPLACE (toFixedString({t:String}, 32) AS trace_id, version + 1 AS version) "
+                  "FROM traces WHERE project_id = {p:UInt64} AND trace_id = {s:String} LIMIT 1",
+                  {"t": copied, "p": project.pk, "s": ids[0]}, tag="tests.trace_presence.copy")
+    builds = presence.stats["builds"]
+    _assert_lookup_exact(project.pk, [copied, ids[0]] + never)
+    assert presence.stats["builds"] == builds + 1
+
+    # a truncation: nothing has a summary any more
+    store.command("TRUNCATE TABLE IF EXISTS traces", tag="tests.trace_presence.truncate")
+    _assert_lookup_exact(project.pk, ids + [copied] + never)
+
+
+def test_an_older_trace_past_the_recent_memory_is_read_by_id(project_with_key, settings, monkeypatch):
+    """A late span of a trace summarised longer ago than the recent memory keeps: the filter says
+    "maybe", the summary is read from ``traces``, and the trace grows as it should."""
+    settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
+    project, _ = project_with_key()
+    presence = presence_for(get_store())
+    spans = llm_trace(start_ns=time.time_ns() - 3600 * 1_000_000_000)
+    insert(project.pk, spans[1:])
+    summarizer.traces_summarize(project_ids=[project.pk])
+    monkeypatch.setattr(trace_presence, "RECENT_SECONDS", 0.0)
+    time.sleep(0.01)
+    read = presence.stats["read"]
+    insert(project.pk, spans[:1])
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert presence.stats["read"] == read + 1
+    row = get_store().query("SELECT span_count, has_root, e2e_ns FROM traces FINAL WHERE trace_id = {t:String}",
+                            {"t": spans[0]["trace_id"]}, tag="tests.trace_presence.grown").dicts()[0]
+    assert row == {"span_count": 5, "has_root": 1, "e2e_ns": 1200 * MS}
+
+
+def test_a_failed_write_or_a_failing_listener_makes_it_start_over(project_with_key):
+    store = get_store()
+    presence = presence_for(store)
+    presence.split(1, ["a" * 32])  # built
+    assert presence._filter is not None
+    with pytest.raises(Exception):
+        store.command("INSERT INTO traces (project_id, trace_id) SELECT throwIf(1), 'x'", tag="tests.trace_presence.fail")
+    assert presence._filter is None
+
+    class Broken:
+        def on_command(self, sql, tag):
+            raise RuntimeError("boom")
+
+        def reset(self):
+            self.was_reset = True
+
+    broken = Broken()
+    store.add_write_listener(broken)
+    try:
+        store.command("SELECT 1 FORMAT Null", tag="tests.trace_presence.noop")
+    finally:
+        store._write_listeners.remove(broken)
+    assert broken.was_reset, "a listener that fails starts over; the write stands"
+
+
+def test_a_server_store_keeps_reading_every_id():
+    from types import SimpleNamespace
+
+    assert presence_for(SimpleNamespace(kind="native")) is None
