@@ -20,8 +20,8 @@ that answer most of a run's ids without reading the table:
   start over from the table.
 - the **recent summaries** this process wrote (the last ``RECENT_SECONDS``, at most
   ``RECENT_MAX`` traces), with what the lookup would return: a trace that grows over a few runs
-  (its spans exported as they end) is answered from here. Any other write of one of these traces
-  drops its entry.
+  (its spans exported as they end) is answered from here. A summary written by anyone else makes
+  it forget them all (they may no longer be the latest).
 
 Only the ids the filter holds and the recent summaries do not (a late span of an older trace, a
 false positive) are read from ``traces``, by id: a few granules, whatever the table's size. A
@@ -41,7 +41,7 @@ import numpy as np
 TABLE = "traces"
 OWN_WRITE_TAGS = frozenset({"analytics.summarizer.write"})  # statements whose ids the summariser reports itself
 RECENT_SECONDS = 60.0  # a trace's spans mostly arrive within this (exporters send every few seconds)
-RECENT_MAX = 100_000  # summaries remembered at most (~30 MB)
+RECENT_MAX = 200_000  # summaries remembered at most (~16 MB)
 BITS_PER_TRACE = 12  # 7 bits in one 64-bit word per id: ~1 % false positives at capacity
 HASHES = 7
 MIN_CAPACITY = 1 << 16
@@ -131,8 +131,11 @@ class TracePresence:
         self._filter: BloomFilter | None = None  # None: build from the table on the next lookup
         self._building: BloomFilter | None = None  # being filled from the table (not yet answering)
         self._epoch = 0  # raised by every reset: a build that raced one is thrown away
-        self._recent: dict[tuple[int, str], tuple] = {}
-        self._written: deque[tuple[float, list[tuple[int, str]]]] = deque()
+        # The recent summaries, a chunk per summariser write: (when, project, ids sorted as 32-byte
+        # strings, their lookup fields as int64 columns, their digests), oldest first. Arrays, not
+        # a dict of tuples: ~80 bytes a trace instead of ~400.
+        self._recent: deque[tuple[float, int, np.ndarray, np.ndarray, np.ndarray]] = deque()
+        self._recent_count = 0
         self.stats = {"builds": 0, "asked": 0, "recent": 0, "absent": 0, "read": 0}
 
     # --- the store's write listener ------------------------------------------------------------
@@ -144,11 +147,9 @@ class TracePresence:
             by_project.setdefault(int(project_id), []).append(str(trace_id))
         with self._lock:
             for project_id, ids in by_project.items():
-                for bloom in (self._filter, self._building):
-                    if bloom is not None:
-                        bloom.add(project_id, ids)
-                for trace_id in ids:
-                    self._recent.pop((project_id, trace_id), None)
+                self._filter_add(project_id, ids)
+            if tag not in OWN_WRITE_TAGS:
+                self._forget_recent()  # someone else wrote summaries: the recent ones may be older
 
     def on_insert_failed(self, table: str, tag: str) -> None:
         if table == TABLE:
@@ -166,49 +167,63 @@ class TracePresence:
         with self._lock:
             self._filter = self._building = None
             self._epoch += 1
-            self._recent.clear()
-            self._written.clear()
+            self._forget_recent()
+
+    def _filter_add(self, project_id: int, trace_ids) -> None:
+        for bloom in (self._filter, self._building):
+            if bloom is not None:
+                bloom.add(project_id, trace_ids)
+
+    def _forget_recent(self) -> None:
+        self._recent.clear()
+        self._recent_count = 0
 
     # --- the summariser ------------------------------------------------------------------------
     def written(self, project_id: int, trace_ids: list[str], rows=None) -> None:
         """The summariser wrote these traces' summaries (``rows``: their ``traces`` columns, when it
         has them; without, e.g. an ``INSERT … SELECT``, only the filter learns the ids)."""
         now = time.monotonic()
+        if rows is not None:
+            ids = np.array([t.encode() for t in trace_ids], dtype="S32")
+            order = np.argsort(ids)
+            fields = np.column_stack([np.asarray(_column(rows, name), dtype=np.int64)[order] for name in
+                                      ("spans_start", "spans_end", "start_time", "has_root", "version")])
+            digests = np.asarray(_column(rows, "spans_digest"), dtype=np.uint64)[order]
         with self._lock:
-            if rows is None:  # (rows inserted through Store.insert reached the filter by on_insert)
-                for bloom in (self._filter, self._building):
-                    if bloom is not None:
-                        bloom.add(project_id, trace_ids)
-                for trace_id in trace_ids:
-                    self._recent.pop((project_id, trace_id), None)
+            if rows is None:
+                # an INSERT … SELECT: only the filter learns the ids (rows inserted through
+                # Store.insert reached it by on_insert), and the recent summaries of these traces
+                # are no longer their latest
+                self._filter_add(project_id, trace_ids)
+                self._forget_recent()
                 return
-            keys = [(project_id, t) for t in trace_ids]
-            values = zip(*(np.asarray(_column(rows, name)).tolist() for name in
-                           ("spans_start", "spans_end", "start_time", "has_root", "version", "spans_digest")))
-            self._recent.update(zip(keys, values))
-            self._written.append((now, keys))
+            self._recent.append((now, project_id, ids[order], fields, digests))
+            self._recent_count += len(ids)
             self._expire(now)
 
     def _expire(self, now: float) -> None:
-        while self._written and (now - self._written[0][0] > RECENT_SECONDS or len(self._recent) > RECENT_MAX):
-            _, keys = self._written.popleft()
-            for key in keys:
-                self._recent.pop(key, None)
+        while self._recent and (now - self._recent[0][0] > RECENT_SECONDS or self._recent_count > RECENT_MAX):
+            self._recent_count -= len(self._recent.popleft()[2])
 
     def split(self, project_id: int, trace_ids: list[str]) -> tuple[dict[str, dict], list[str]]:
         """({trace id: its latest summary's lookup fields} for those answered from memory, [ids to
         read from ``traces``]). A trace in neither has no summary."""
         self._ensure_filter()
         known: dict[str, dict] = {}
-        unknown: list[str] = []
+        wanted = np.array([t.encode() for t in trace_ids], dtype="S32")
         with self._lock:
             self._expire(time.monotonic())
-            for trace_id in trace_ids:
-                hit = self._recent.get((project_id, trace_id))
-                if hit is None:
-                    unknown.append(trace_id)
-                else:
-                    known[trace_id] = dict(zip(FIELDS, hit), trace_id=trace_id)
+            open_ = np.ones(len(wanted), dtype=bool)  # not found in a newer chunk yet
+            for _, chunk_project, ids, fields, digests in reversed(self._recent):
+                if chunk_project != project_id or not open_.any():
+                    continue
+                at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+                hit = open_ & (ids[at] == wanted)
+                for i, row in zip(np.flatnonzero(hit).tolist(), at[hit].tolist()):
+                    known[trace_ids[i]] = dict(zip(FIELDS, (*fields[row].tolist(), int(digests[row]))),
+                                               trace_id=trace_ids[i])
+                open_ &= ~hit
+            unknown = [t for t, o in zip(trace_ids, open_.tolist()) if o]
             bloom = self._filter
             maybe = bloom.may_contain(project_id, unknown) if bloom is not None else np.ones(len(unknown), dtype=bool)
         ask = [t for t, m in zip(unknown, maybe.tolist()) if m]

@@ -16,10 +16,10 @@ tables of the lookup's columns:
 - ``bloom``: the same with a ``bloom_filter(0.0001)`` skipping index on ``trace_id`` (one filter per
   granule), which might skip the granules holding none of the ids;
 - ``rocksdb``: ``EmbeddedRocksDB`` keyed by ``'<project>:<trace id>'``, read by key;
-- ``memory``: what the summariser does on the embedded store (``analytics.trace_presence``): the
-  recent summaries answered from memory (a dict of the last two inserts' traces), the others
-  checked against a Bloom filter of every stored id (built once from the table: its time is
-  printed), and only the filter's "maybe"s read from ``mergetree`` by id.
+- ``memory``: what the summariser does on the embedded store (``analytics.trace_presence``, the
+  class itself): the recent summaries (the last two inserts' traces) answered from memory, the
+  others checked against a Bloom filter of every stored id (built once from the table: its time
+  is printed), and only the filter's "maybe"s read from ``mergetree`` by id.
 
 Each lookup asks for 4,700 ids: 2,350 of the last two inserts (a trace that grows within seconds,
 the common case) and 2,350 that were never stored (new traces). Prints the median CPU of a lookup
@@ -59,6 +59,16 @@ def _trace_id(n: int) -> str:
     return hashlib.md5(str(n).encode()).hexdigest()  # what lower(hex(MD5(toString(n)))) gives
 
 
+class _Rows:
+    """The summariser's written rows, as much of ``store.Columns`` as TracePresence reads."""
+
+    def __init__(self, columns: dict):
+        self._columns = columns
+
+    def column(self, name: str):
+        return self._columns[name]
+
+
 def measure(size: int, lookups: int, seed: int) -> dict:
     """One size, in this process: load, then time the lookups of both tables."""
     import chdb
@@ -86,7 +96,9 @@ def measure(size: int, lookups: int, seed: int) -> dict:
         "rocksdb": f"SELECT key, {_READ} FROM rocksdb WHERE key IN "
                    "(SELECT concat('1:', arrayJoin(splitByChar(',', '{ids}'))))",
     }
-    from analytics.trace_presence import _ID_RANGES, BloomFilter, _fixed_ids
+    import numpy as np
+
+    from analytics.trace_presence import _ID_RANGES, BloomFilter, TracePresence, _fixed_ids
 
     before = process_cpu_seconds()
     bloom = BloomFilter(2 * size)
@@ -96,8 +108,14 @@ def measure(size: int, lookups: int, seed: int) -> dict:
                               "ArrowTable")
         bloom.add(1, _fixed_ids(ids_read.column("trace_id")))
     build_ms = (process_cpu_seconds() - before) * 1000
-    recent_ids = [_trace_id(n) for n in range(max(0, size - 2 * BATCH), size)]
-    memory = dict.fromkeys(((1, t) for t in recent_ids), (0, 0, 0, 1, 1, 0))
+    presence = TracePresence(store=None)  # its filter set here: it never reads a store
+    presence._filter = bloom
+    for first in range(max(0, size - 2 * BATCH), size, BATCH):  # the last two inserts, as the summariser remembers them
+        ids_written = [_trace_id(n) for n in range(first, min(size, first + BATCH))]
+        zeros = np.zeros(len(ids_written), dtype=np.int64)
+        presence.written(1, ids_written, _Rows(dict(trace_id=ids_written, spans_start=zeros, spans_end=zeros,
+                                                    start_time=zeros, has_root=zeros + 1, version=zeros + 1,
+                                                    spans_digest=zeros)))
     rng = random.Random(seed)
     cpu: dict[str, list[float]] = {name: [] for name in [*statements, "memory"]}
     false_positives = []
@@ -112,10 +130,7 @@ def measure(size: int, lookups: int, seed: int) -> dict:
             if found != len(recent):
                 raise SystemExit(f"{name}: found {found} of the {len(recent)} stored ids")
         before = process_cpu_seconds()
-        wanted = recent + new
-        known = {t: memory[(1, t)] for t in wanted if (1, t) in memory}
-        unknown = [t for t in wanted if t not in known]
-        ask = [t for t, maybe in zip(unknown, bloom.may_contain(1, unknown).tolist()) if maybe]
+        known, ask = presence.split(1, recent + new)
         if ask:
             conn.query(statements["mergetree"].replace("{ids}", ",".join(ask)), "ArrowTable")
         cpu["memory"].append(process_cpu_seconds() - before)
