@@ -216,7 +216,7 @@ def summary_engine(store) -> str:
 def _previous(store, project_id: int, ids: list[str]) -> dict[str, dict]:
     """The latest summary of each of ``ids`` that has one (``_PREVIOUS_SQL``'s columns), by id. On
     the embedded store most are answered from memory (analytics.trace_presence: new traces and
-    those summarised in the last minutes), and only the rest are read by id."""
+    those summarised in the last minute), and only the rest are read by id."""
     presence = trace_presence.presence_for(store)
     found, ask = ({}, ids) if presence is None else presence.split(project_id, ids)
     if ask:
@@ -244,7 +244,7 @@ def _write(store, params: dict, batch: list[dict], *, prices, project_id: int, v
     # a rebuild) on all of them: the same CPU, sooner.
     counts = [t.get("spans") for t in batch]
     small = None not in counts and sum(int(c) for c in counts) <= settings.TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS
-    store.command(_INSERT_ONE_THREAD_SQL if small else _INSERT_SQL, params, tag="analytics.summarizer.write")
+    store.command(_INSERT_ONE_THREAD_SQL if small else _INSERT_SQL, params, tag=trace_presence.SUMMARY_WRITE_TAG)
     written = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
     if presence is not None:
         presence.written(project_id, [r["trace_id"] for r in written])

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from analytics import summary_sql
 from analytics.trace_math import INHERIT_DEPTH
+from analytics.trace_presence import SUMMARY_WRITE_TAG
 from store import Columns
 
 PHASES = summary_sql.PHASES
@@ -231,7 +232,7 @@ def summaries_write(store, spans_statement: str, params: dict, *, project_id: in
     insert them into ``traces``; returns the rows written."""
     spans = store.query_arrow(spans_statement, params, tag="analytics.summarizer.spans")
     rows = traces_from_spans(spans, project_id=project_id, version=version, prices=prices)
-    store.insert("traces", rows, tag="analytics.summarizer.write", defaulted=DEFAULTED)
+    store.insert("traces", rows, tag=SUMMARY_WRITE_TAG, defaulted=DEFAULTED)
     return rows
 
 

@@ -38,8 +38,10 @@ from collections import deque
 
 import numpy as np
 
+from store import column_values
+
 TABLE = "traces"
-OWN_WRITE_TAGS = frozenset({"analytics.summarizer.write"})  # statements whose ids the summariser reports itself
+SUMMARY_WRITE_TAG = "analytics.summarizer.write"  # the summariser's writes of ``traces``: it reports their ids itself
 RECENT_SECONDS = 60.0  # a trace's spans mostly arrive within this (exporters send every few seconds)
 RECENT_MAX = 200_000  # summaries remembered at most (~16 MB)
 BITS_PER_TRACE = 12  # 7 bits in one 64-bit word per id: ~1 % false positives at capacity
@@ -77,7 +79,7 @@ def trace_hashes(project_id: int, trace_ids) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(over="ignore"):
         project = _mix(np.uint64(project_id) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(1))
         h1 = _mix(halves[:, 0] ^ project)
-        h2 = _mix(halves[:, 1] + h1) | np.uint64(1)
+        h2 = _mix(halves[:, 1] + h1)
     return h1, h2
 
 
@@ -143,12 +145,12 @@ class TracePresence:
         if table != TABLE:
             return
         by_project: dict[int, list[str]] = {}
-        for project_id, trace_id in zip(_column(rows, "project_id"), _column(rows, "trace_id")):
+        for project_id, trace_id in zip(column_values(rows, "project_id"), column_values(rows, "trace_id")):
             by_project.setdefault(int(project_id), []).append(str(trace_id))
         with self._lock:
             for project_id, ids in by_project.items():
                 self._filter_add(project_id, ids)
-            if tag not in OWN_WRITE_TAGS:
+            if tag != SUMMARY_WRITE_TAG:
                 self._forget_recent()  # someone else wrote summaries: the recent ones may be older
 
     def on_insert_failed(self, table: str, tag: str) -> None:
@@ -156,7 +158,7 @@ class TracePresence:
             self.reset()
 
     def on_command(self, sql: str, tag: str) -> None:
-        if tag not in OWN_WRITE_TAGS and _WRITES_TRACES.search(sql):
+        if tag != SUMMARY_WRITE_TAG and _WRITES_TRACES.search(sql):
             self.reset()
 
     def on_command_failed(self, sql: str, tag: str) -> None:
@@ -186,9 +188,9 @@ class TracePresence:
         if rows is not None:
             ids = np.array([t.encode() for t in trace_ids], dtype="S32")
             order = np.argsort(ids)
-            fields = np.column_stack([np.asarray(_column(rows, name), dtype=np.int64)[order] for name in
+            fields = np.column_stack([np.asarray(column_values(rows, name), dtype=np.int64)[order] for name in
                                       ("spans_start", "spans_end", "start_time", "has_root", "version")])
-            digests = np.asarray(_column(rows, "spans_digest"), dtype=np.uint64)[order]
+            digests = np.asarray(column_values(rows, "spans_digest"), dtype=np.uint64)[order]
         with self._lock:
             if rows is None:
                 # an INSERT … SELECT: only the filter learns the ids (rows inserted through
@@ -288,14 +290,6 @@ def _id_bytes(trace_ids) -> np.ndarray:
         return trace_ids
     joined = b"".join(t.encode()[:32].ljust(32, b"0") for t in trace_ids)
     return np.frombuffer(joined, dtype=np.uint8).reshape(-1, 32)
-
-
-def _column(rows, name: str):
-    """A column of ``Store.insert``'s rows: ``store.Columns`` or a list of mappings."""
-    column = getattr(rows, "column", None)
-    if column is not None:
-        return column(name)
-    return [row[name] for row in rows]
 
 
 _PRESENCE: dict[int, TracePresence] = {}

@@ -59,16 +59,6 @@ def _trace_id(n: int) -> str:
     return hashlib.md5(str(n).encode()).hexdigest()  # what lower(hex(MD5(toString(n)))) gives
 
 
-class _Rows:
-    """The summariser's written rows, as much of ``store.Columns`` as TracePresence reads."""
-
-    def __init__(self, columns: dict):
-        self._columns = columns
-
-    def column(self, name: str):
-        return self._columns[name]
-
-
 def measure(size: int, lookups: int, seed: int) -> dict:
     """One size, in this process: load, then time the lookups of both tables."""
     import chdb
@@ -99,6 +89,7 @@ def measure(size: int, lookups: int, seed: int) -> dict:
     import numpy as np
 
     from analytics.trace_presence import _ID_RANGES, BloomFilter, TracePresence, _fixed_ids
+    from store import Columns
 
     before = process_cpu_seconds()
     bloom = BloomFilter(2 * size)
@@ -113,9 +104,9 @@ def measure(size: int, lookups: int, seed: int) -> dict:
     for first in range(max(0, size - 2 * BATCH), size, BATCH):  # the last two inserts, as the summariser remembers them
         ids_written = [_trace_id(n) for n in range(first, min(size, first + BATCH))]
         zeros = np.zeros(len(ids_written), dtype=np.int64)
-        presence.written(1, ids_written, _Rows(dict(trace_id=ids_written, spans_start=zeros, spans_end=zeros,
-                                                    start_time=zeros, has_root=zeros + 1, version=zeros + 1,
-                                                    spans_digest=zeros)))
+        presence.written(1, ids_written, Columns(dict(trace_id=ids_written, spans_start=zeros, spans_end=zeros,
+                                                      start_time=zeros, has_root=zeros + 1, version=zeros + 1,
+                                                      spans_digest=zeros), len(ids_written)))
     rng = random.Random(seed)
     cpu: dict[str, list[float]] = {name: [] for name in [*statements, "memory"]}
     false_positives = []

@@ -18,6 +18,7 @@ import threading
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import InMemoryChannelLayer
 
 log = logging.getLogger("tracedash.live")
 
@@ -37,8 +38,6 @@ def nobody_listens(layer, group: str) -> bool:
     project is open. A send to it would still build the event and schedule a task per request (a
     few per cent of a 100-span ingest request's time on the event loop). A Redis layer's groups
     live in Redis: always sent."""
-    from channels.layers import InMemoryChannelLayer
-
     return isinstance(layer, InMemoryChannelLayer) and not layer.groups.get(group)
 
 
@@ -57,7 +56,7 @@ def _send_logged(layer, group: str, message: dict) -> None:
 
 def group_send(group: str, message: dict, *, wait: bool = True) -> None:
     """``channel_layer.group_send`` from synchronous code, on whichever thread it runs."""
-    from channels.layers import InMemoryChannelLayer, get_channel_layer
+    from channels.layers import get_channel_layer
 
     try:
         layer = get_channel_layer()
