@@ -100,13 +100,18 @@ def test_live_send_from_sync_code_gives_up_on_a_frozen_redis(monkeypatch, caplog
 
 def test_an_event_is_built_and_sent_only_when_a_page_listens(monkeypatch):
     """With the in-memory layer (embedded mode) an ingest request sends nothing to a project with
-    no open page: the event is not even built. Once a page joins the group, it is sent."""
-    from channels.layers import get_channel_layer
+    no open page: the event is not even built. Once a page joins the group, it is sent. The layer
+    is the in-memory one whatever this run configures (CI's second run configures Redis, whose
+    groups live in Redis: always sent, checked at the end)."""
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+    from config.live import nobody_listens
     from ingest import services
     from ingest.services import resources_notify_async, traces_group, traces_notify_async
 
-    layer = get_channel_layer()
+    configured = get_channel_layer()
+    layer = InMemoryChannelLayer()
+    monkeypatch.setattr(services, "get_channel_layer", lambda: layer)
     sent, built = [], []
     real_event = services._event
 
@@ -133,3 +138,5 @@ def test_an_event_is_built_and_sent_only_when_a_page_listens(monkeypatch):
     finally:
         async_to_sync(layer.group_discard)(group, "specific.test!listener")
     assert sent == [(group, "traces.ingested"), (group, "resources.ingested")] and built == [2]
+    if not isinstance(configured, InMemoryChannelLayer):
+        assert not nobody_listens(configured, traces_group(986)), "a Redis layer's empty group is not known here"
