@@ -131,7 +131,7 @@ class Record:
     pages: list = field(default_factory=list)  # (t done, url name, status, latency s)
     resources: list = field(default_factory=list)  # (t done, status, rows accepted)
     errors: list = field(default_factory=list)  # (t, kind, what, status or exception name)
-    samples: list = field(default_factory=list)  # (t, server rss, client rss, ingest check, parts, firing)
+    samples: list = field(default_factory=list)  # (t, server rss, client rss, ingest check, parts, firing, memory)
     rss: list = field(default_factory=list)  # (t, server rss, client rss) every RSS_SECONDS
     firing: list = field(default_factory=list)  # the last firing.json answer: [rule names]
 
@@ -433,18 +433,19 @@ def minute_rows(record: Record, start: float, minutes: int, resource_rows_by: ca
                "page_p99_ms": None if not latencies else round(percentile(latencies, 99) * 1000, 1),
                "errors": sum(errors.values()), "errors_by_status": dict(errors)}
         if sample is not None:
-            t, server_rss, client_rss, ingest, parts, firing = sample
+            t, server_rss, client_rss, ingest, parts, firing, memory = sample
             resource_rows = resource_rows_by(t)
             row.update(writer_spans=ingest["rows_stored"] + ingest["rows_spooled"] - resource_rows,
                        queued_rows=ingest["queued_rows"], spool_bytes=ingest["spool_bytes"],
                        server_rss_mib=round(server_rss / MiB, 1), client_rss_mib=round(client_rss / MiB, 1),
-                       active_parts=parts, alerts_firing=firing)
+                       active_parts=parts, alerts_firing=firing, **memory)
         rows.append(row)
     return rows
 
 
 LIVE_HEADERS = ["min", "ack'd", "ack'd total", "writer spans†", "queued", "page req", "p50 ms", "p99 ms", "errors",
-                "server RSS MiB", "client RSS MiB", "parts", "spool KiB", "alerts firing"]
+                "server RSS MiB", "ClickHouse MiB‡", "marks MiB", "Python blocks k", "client RSS MiB", "parts", "spool KiB",
+                "alerts firing"]
 
 
 def _cells(r: dict) -> list[str]:
@@ -453,10 +454,27 @@ def _cells(r: dict) -> list[str]:
             f"{r.get('writer_spans', 0):,}", f"{r.get('queued_rows', 0):,}", str(r["page_requests"]),
             "-" if r["page_p50_ms"] is None else f"{r['page_p50_ms']:,.0f}",
             "-" if r["page_p99_ms"] is None else f"{r['page_p99_ms']:,.0f}", str(r["errors"]),
-            f"{r.get('server_rss_mib', 0):,.0f}", f"{r.get('client_rss_mib', 0):,.0f}", str(r.get("active_parts", "-")),
+            f"{r.get('server_rss_mib', 0):,.0f}", _mib(r.get("clickhouse_tracked_bytes")),
+            _mib(r.get("clickhouse_mark_cache_bytes")),
+            "-" if r.get("python_allocated_blocks") is None else f"{r['python_allocated_blocks'] / 1000:,.0f}",
+            f"{r.get('client_rss_mib', 0):,.0f}", str(r.get("active_parts", "-")),
             f"{r.get('spool_bytes', 0) / 1024:,.0f}",
             "-" if "alerts_firing" not in r else
             f"{len(r['alerts_firing'])}{'*' if any(a.startswith(GPU_RULE) for a in r['alerts_firing']) else ''}"]
+
+
+def _mib(value) -> str:
+    return "-" if value is None else f"{value / MiB:,.0f}"
+
+
+def _memory_figures(health: dict) -> dict:
+    """/healthz's memory figures kept per sample: ClickHouse's tracked memory and mark cache (in the
+    server's RSS on the embedded store) and Python's allocated blocks."""
+    clickhouse = health["checks"]["clickhouse"].get("memory") or {}
+    web = health["checks"]["web"].get("memory") or {}
+    return {"clickhouse_tracked_bytes": clickhouse.get("tracked_bytes"),
+            "clickhouse_mark_cache_bytes": clickhouse.get("mark_cache_bytes"),
+            "python_allocated_blocks": web.get("python_allocated_blocks")}
 
 
 def render_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -467,7 +485,9 @@ FOOTNOTE = ("† writer spans: the server's ingest writer counters at the minute
             "`rows_spooled`, less the resource samples acknowledged, which go through the same writer); `queued`: "
             "rows accepted by the writer but not yet inserted (not yet acknowledged either). parts: active parts of "
             "the spans table. Errors: answers other than 2xx and dropped connections, all requests. alerts firing: "
-            "series firing at the minute's end (/alerts/firing.json), * when the climbing GPU's memory alert is one.")
+            "series firing at the minute's end (/alerts/firing.json), * when the climbing GPU's memory alert is one. "
+            "‡ ClickHouse MiB: the memory chdb's own accounting holds (system.metrics MemoryTracking, part of the server's "
+            "RSS); marks: its mark cache; Python blocks: sys.getallocatedblocks() (/healthz, checks.*.memory).")
 
 
 def live_line(cells: list[str]) -> str:
@@ -672,7 +692,8 @@ def main(argv=None) -> int:
             now = time.monotonic()
             resource_marks.append((now, resource_rows))
             record.samples.append((now, server.rss_bytes(), rss_bytes(), health["checks"]["ingest"],
-                                   health["checks"]["clickhouse"].get("active_parts"), list(record.firing)))
+                                   health["checks"]["clickhouse"].get("active_parts"), list(record.firing),
+                                   _memory_figures(health)))
             minute = int((now - start + 0.5) // 60)
             if minute > printed and minute <= math.ceil(args.minutes):
                 if not headers_printed:
@@ -737,8 +758,9 @@ def main(argv=None) -> int:
             errors={"total": sum(errors.values()), "by_status": dict(errors),
                     "by_kind_status": dict(Counter(f"{kind} {what} {status}" for _, kind, what, status in record.errors))},
             samples=[{"t": round(t - start, 1), "server_rss_mib": round(a / MiB, 1), "client_rss_mib": round(b / MiB, 1),
-                      "active_parts": parts, **{k: ing[k] for k in ("queued_rows", "spool_bytes", "rows_stored", "rows_spooled")}}
-                     for t, a, b, ing, parts, _ in record.samples],
+                      "active_parts": parts, **{k: ing[k] for k in ("queued_rows", "spool_bytes", "rows_stored", "rows_spooled")},
+                      **memory}
+                     for t, a, b, ing, parts, _, memory in record.samples],
             rss=[[round(t - start, 1), round(a / MiB, 1), round(b / MiB, 1)] for t, a, b in record.rss],  # t, server, client
             # every page request (t done, page, status, latency s): what was being answered when the RSS peaked
             page_requests=[[round(t - start, 2), name, status, round(latency, 3)] for t, name, status, latency in record.pages],

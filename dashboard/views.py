@@ -274,6 +274,37 @@ def _redis_health() -> dict | None:
     return check
 
 
+# ClickHouse's own accounting (system.metrics): what its allocations hold now, and its caches. On
+# the embedded store these live in the web process's RSS; on a server, in the server's.
+_CLICKHOUSE_MEMORY = {"MemoryTracking": "tracked_bytes", "MarkCacheBytes": "mark_cache_bytes",
+                      "UncompressedCacheBytes": "uncompressed_cache_bytes",
+                      "PrimaryIndexCacheBytes": "primary_index_cache_bytes", "QueryCacheBytes": "query_cache_bytes"}
+
+
+def _clickhouse_memory(store) -> dict:
+    names = ", ".join(f"'{name}'" for name in _CLICKHOUSE_MEMORY)
+    values = dict(store.query(f"SELECT metric, value FROM system.metrics WHERE metric IN ({names})",
+                              tag="healthz.memory").rows)
+    return {key: int(values.get(metric, 0)) for metric, key in _CLICKHOUSE_MEMORY.items()}
+
+
+def _process_memory() -> dict:
+    """This process's resident memory (Linux /proc; absent elsewhere) and what Python's small-object
+    allocator holds (``sys.getallocatedblocks``: a count that keeps climbing under steady load is
+    Python objects kept, not memory the allocators keep cached)."""
+    import resource
+    import sys
+
+    memory = {"python_allocated_blocks": sys.getallocatedblocks(),
+              "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    try:
+        with open("/proc/self/statm") as statm:
+            memory["rss_bytes"] = int(statm.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        pass
+    return memory
+
+
 def healthz(request):
     """Readiness of the web process, ClickHouse, the metadata database (and Redis when configured)."""
     checks = {"web": {"ok": True}}
@@ -286,6 +317,7 @@ def healthz(request):
         checks["clickhouse"]["active_parts"] = int(store.query(
             "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = 'spans' AND active",
             tag="healthz.parts").scalar() or 0)
+        checks["clickhouse"]["memory"] = _clickhouse_memory(store)
     except StoreError as exc:
         checks["clickhouse"] = {"ok": False, "backend": store.kind, "error": str(exc)[:500]}
     try:
@@ -300,6 +332,7 @@ def healthz(request):
         checks["redis"] = redis
     from ingest.writer import get_writer
 
+    checks["web"]["memory"] = _process_memory()
     writer = get_writer().health()
     # Spooled data is safe, but a full spool (or a full disk under it) means ingestion answers 503.
     writer["ok"] = writer["spool_bytes"] < writer["spool_limit_bytes"] and not writer["spool_disk_full"]

@@ -49,3 +49,19 @@ def test_traces_page_says_so_when_clickhouse_is_down(client, make_user, project_
         store.set_store(previous)
     assert response.status_code == 503
     assert "trace store is unavailable" in response.content.decode()
+
+
+def test_healthz_reports_memory_of_the_process_and_of_clickhouse(client):
+    """The figures an operator reads when a server's memory grows: the process's RSS, Python's
+    allocated blocks (which climb with objects kept) and ClickHouse's own accounting and caches."""
+    before = client.get("/healthz").json()["checks"]
+    kept = [object() for _ in range(200_000)]
+    after = client.get("/healthz").json()["checks"]
+    web, clickhouse = after["web"]["memory"], after["clickhouse"]["memory"]
+    assert web["rss_bytes"] > 10 * 2**20 and web["max_rss_bytes"] >= web["rss_bytes"] // 2
+    assert web["python_allocated_blocks"] - before["web"]["memory"]["python_allocated_blocks"] >= 150_000
+    assert set(clickhouse) == {"tracked_bytes", "mark_cache_bytes", "uncompressed_cache_bytes",
+                               "primary_index_cache_bytes", "query_cache_bytes"}
+    assert all(isinstance(value, int) and value >= 0 for value in clickhouse.values())
+    assert clickhouse["tracked_bytes"] > 0
+    del kept
