@@ -53,7 +53,9 @@ Pass/fail at the end (exit 1 on any FAIL):
     minute 6). The spans table grows by millions of rows in between, so a page whose cost grows
     with the data fails this.
 (d) **no server errors**: zero 5xx answers and zero dropped connections on any request.
-(e) **ingestion kept its rate**: spans acknowledged ≥ 98 % of those planned.
+(e) **ingestion kept its rate**: spans acknowledged by the run's end (plus ``ON_TIME_GRACE_SECONDS``,
+    15 s, for the last requests' answers) ≥ 98 % of those planned. A server that falls behind and
+    catches up after the end did not keep the rate, though every span is acknowledged in the end.
 
 On runs shorter than 10 minutes the windows of (b) and (c) shrink to (minutes − 1) / 2 each.
 The client (this process) shares the machine's cores with the server, so it is kept cheap: bodies
@@ -97,6 +99,7 @@ RSS_SECONDS = 1.0  # server RSS (from /proc: costs nothing) this often
 FLOOR_SLICE_SECONDS = 30.0  # (b) also reports the slope of each such slice's lowest RSS
 SAMPLE_SECONDS = 5.0  # /healthz this often
 WARMUP_MINUTES = 1.0
+ON_TIME_GRACE_SECONDS = 15.0  # (e): a span counts as on time when acknowledged by the end plus this
 MiB = 2**20
 GiB = 2**30
 GPU_MEMORY_TOTAL = 80 * GiB
@@ -542,10 +545,12 @@ def verdict(result: dict, args) -> list[dict]:
         f"5xx/dropped: {sum(server_errors.values())} {server_errors or ''}; all non-2xx: {errors['total']} "
         f"{errors['by_kind_status'] or ''}".rstrip())
     ingest = result["ingest"]
-    share = result["acknowledged"] / ingest["planned_spans"] if ingest["planned_spans"] else 0.0
+    on_time = ingest.get("on_time_spans", result["acknowledged"])
+    share = on_time / ingest["planned_spans"] if ingest["planned_spans"] else 0.0
     add("(e) ingestion kept its rate", share >= 0.98,
-        f"{result['acknowledged']:,} of {ingest['planned_spans']:,} planned spans acknowledged ({100 * share:.1f} %, bar ≥ 98 %); "
-        f"{ingest['spans_per_s']:,.0f} spans/s; ingest p50 {ingest['p50_ms']} ms, p99 {ingest['p99_ms']} ms; "
+        f"{on_time:,} of {ingest['planned_spans']:,} planned spans acknowledged by the end + {ON_TIME_GRACE_SECONDS:g} s "
+        f"({100 * share:.1f} %, bar ≥ 98 %; {result['acknowledged']:,} in all); "
+        f"{ingest['spans_per_s']:,.0f} spans/s on time; ingest p50 {ingest['p50_ms']} ms, p99 {ingest['p99_ms']} ms; "
         f"sent late: p99 {ingest['late_p99_ms']} ms, max {ingest['late_max_ms']} ms")
     return out
 
@@ -714,6 +719,7 @@ def main(argv=None) -> int:
 
         # Figures of the run.
         acknowledged = sum(s for _, s, _, _ in record.ingest)
+        on_time = sum(s for done, s, _, _ in record.ingest if done <= end + ON_TIME_GRACE_SECONDS)
         ingest_latencies = sorted(x for _, _, x, _ in record.ingest)
         lateness = sorted(x for _, _, _, x in record.ingest)
         rss_window = [(t - start, rss / MiB) for t, rss, _ in record.rss if t - start >= duration - window * 60]
@@ -736,8 +742,8 @@ def main(argv=None) -> int:
                       "gpu_memory_up_s": up, "gpu_memory_down_s": down},
             machine=machine(), started_at=datetime.fromtimestamp(start_epoch, timezone.utc).isoformat(timespec="seconds"),
             acknowledged=acknowledged, minutes=rows,
-            ingest={"planned_spans": ingest.planned * BATCH, "requests": len(record.ingest),
-                    "spans_per_s": acknowledged / duration,
+            ingest={"planned_spans": ingest.planned * BATCH, "requests": len(record.ingest), "on_time_spans": on_time,
+                    "spans_per_s": on_time / duration,
                     "p50_ms": ms(percentile(ingest_latencies, 50)), "p99_ms": ms(percentile(ingest_latencies, 99)),
                     "late_p99_ms": ms(percentile(lateness, 99)), "late_max_ms": ms(percentile(lateness, 100))},
             memory={"from_minute": max(0.0, args.minutes - window), "to_minute": args.minutes, "slope_mib_per_min": slope,

@@ -165,3 +165,67 @@ def test_a_server_store_keeps_reading_every_id():
     from types import SimpleNamespace
 
     assert presence_for(SimpleNamespace(kind="native")) is None
+
+
+def test_a_big_table_is_read_on_a_thread_of_its_own_while_the_lookup_goes_on(project_with_key, monkeypatch):
+    """Past SYNC_BUILD_MAX summaries the filter is (re)built on a thread: the lookup does not wait
+    for it. Until the new filter is filled, a full one keeps answering (or, with none, every id is
+    read); an id written during the build is in the new one; a failed build is tried again."""
+    import threading
+
+    project, _ = project_with_key()
+    store = get_store()
+    presence = presence_for(store)
+    rng = random.Random(3)
+    summarised = _ids(30, rng)
+    store.command("INSERT INTO traces (project_id, trace_id, start_time, version) "  # (a recent start: no TTL drops it)
+                  "SELECT {p:UInt64}, arrayJoin(splitByChar(',', {t:String})), now64(9), 1",
+                  {"p": project.pk, "t": ",".join(summarised)}, tag="tests.trace_presence.seed")
+    monkeypatch.setattr(trace_presence, "SYNC_BUILD_MAX", 0)
+
+    gate, reading = threading.Event(), threading.Event()
+    real_query_arrow = store.query_arrow
+
+    def held_query_arrow(sql, params=None, tag=""):
+        if tag == "analytics.trace_presence.build":
+            reading.set()
+            assert gate.wait(60)
+        return real_query_arrow(sql, params, tag=tag)
+
+    monkeypatch.setattr(store, "query_arrow", held_query_arrow)
+    presence.reset()
+    never = _ids(20, rng)
+    known, ask = presence.split(project.pk, summarised + never)
+    assert reading.wait(30) and presence._filter is None
+    assert known == {} and ask == summarised + never, "no filter yet: every id is read, nothing assumed"
+
+    # the build is held; a full filter answers meanwhile, and an id written now reaches the new one
+    old = BloomFilter(1)
+    old.add(project.pk, summarised)
+    old.count = old.capacity + 1  # full: a bigger one is due
+    with presence._lock:
+        presence._filter = old
+    late = _ids(1, rng)
+    presence.on_insert("traces", [{"project_id": project.pk, "trace_id": late[0]}], "tests.trace_presence.late")
+    known, ask = presence.split(project.pk, summarised + late + never)
+    assert set(ask) >= set(summarised + late) and len(ask) < len(summarised + late + never), \
+        "the full filter answers while the new one is read"
+    assert presence._building is not None and presence._filter is old
+    gate.set()
+    assert presence.wait_built(60)
+    assert presence._filter is not old and not presence._filter.full
+    assert presence._filter.may_contain(project.pk, summarised + late).all()
+
+    # a build that fails leaves no build pending: the next full filter starts another
+    def failing(sql, params=None, tag=""):
+        raise RuntimeError("the store stopped")
+
+    monkeypatch.setattr(store, "query_arrow", failing)
+    presence._filter.count = presence._filter.capacity + 1
+    presence.split(project.pk, never)
+    assert presence.wait_built(60) and presence._building is None
+    monkeypatch.setattr(store, "query_arrow", real_query_arrow)
+    builds = presence.stats["builds"]
+    presence.split(project.pk, never)
+    assert presence.wait_built(60) and presence.stats["builds"] == builds + 1
+    assert presence._filter.may_contain(project.pk, summarised).all()
