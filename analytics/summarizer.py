@@ -190,7 +190,16 @@ _SPAN_FILTER = ("start_time >= fromUnixTimestamp64Nano({lo_ns:Int64}) "
 _DIGESTS_SQL = summary_sql.span_digests_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
 _INSERT_SQL = summary_sql.summary_insert_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
 _SPANS_SQL = summary_arrays.spans_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
+# The spans of a few traces over a long range (``_read_groups``): the condition names the column,
+# not spans_sql's ``toString(trace_id) AS trace_id``, so that the bloom filter on ``trace_id``
+# skips the granules without these ids (one 30-minute trace among 3.6 M spans: ~35 ms, not ~95 or
+# more). Only for a few ids: with a run's thousands it skips nothing and the read costs ~10 % more.
+_FEW_SPANS_SQL = summary_arrays.spans_sql(trace_filter="spans." + _TRACE_FILTER, span_filter=_SPAN_FILTER)
 _INSERT_ONE_THREAD_SQL = summary_sql.summary_insert_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER, threads=1)
+# A batch's long-lived traces are read apart (``_read_groups``): at most this many, those whose
+# earlier spans start more than FAR_BEFORE_NS, and three times the rest's range, before the rest's.
+APART_TRACES = 4
+FAR_BEFORE_NS = 60 * 1_000_000_000
 # The declared attribute keys each summarised trace carries (analytics.attribute_index).
 _INDEX_SQL = attribute_index.traces_index_sql(trace_filter=_TRACE_FILTER, span_filter=_SPAN_FILTER)
 # The rows just written, read by start: a summary starts at one of the spans it was computed from,
@@ -226,13 +235,15 @@ def _previous(store, project_id: int, ids: list[str]) -> dict[str, dict]:
     return found
 
 
-def _write(store, params: dict, batch: list[dict], *, prices, project_id: int, version: int) -> list[dict]:
-    """Write the summaries of the traces ``params`` names with the configured engine
-    (``TRACEDASH_SUMMARY_ENGINE``); returns each one's ``trace_id``, ``start_ns`` and ``span_count``."""
+def _write(store, reads: list[tuple[list[dict], bool, dict]], *, prices, project_id: int, version: int) -> list[dict]:
+    """Write the summaries of the traces each ``(traces, few, params)`` of ``reads`` names with the
+    configured engine (``TRACEDASH_SUMMARY_ENGINE``; ``few``: a few traces over a long range,
+    ``_FEW_SPANS_SQL``); returns each one's ``trace_id``, ``start_ns`` and ``span_count``."""
     presence = trace_presence.presence_for(store)
     if summary_engine(store) == "arrays":
-        rows = summary_arrays.summaries_write(store, _SPANS_SQL, params, project_id=project_id, version=version,
-                                              prices=prices)
+        rows = summary_arrays.summaries_write(store, [(_FEW_SPANS_SQL if few else _SPANS_SQL, params)
+                                                      for _, few, params in reads],
+                                              project_id=project_id, version=version, prices=prices)
         if not len(rows):
             return []
         ids = list(rows.column("trace_id"))
@@ -240,15 +251,47 @@ def _write(store, params: dict, batch: list[dict], *, prices, project_id: int, v
             presence.written(project_id, ids, rows)
         return [{"trace_id": t, "start_ns": s, "span_count": n} for t, s, n in zip(
             ids, rows.column("start_time").tolist(), rows.column("span_count").tolist())]
-    # A small batch (an incremental run's) on one thread: half the CPU; a large one (a backlog,
-    # a rebuild) on all of them: the same CPU, sooner.
-    counts = [t.get("spans") for t in batch]
-    small = None not in counts and sum(int(c) for c in counts) <= settings.TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS
-    store.command(_INSERT_ONE_THREAD_SQL if small else _INSERT_SQL, params, tag=trace_presence.SUMMARY_WRITE_TAG)
-    written = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
-    if presence is not None:
-        presence.written(project_id, [r["trace_id"] for r in written])
+    written = []
+    for traces, _, params in reads:
+        # A small batch (an incremental run's) on one thread: half the CPU; a large one (a backlog,
+        # a rebuild) on all of them: the same CPU, sooner.
+        counts = [t.get("spans") for t in traces]
+        small = None not in counts and sum(int(c) for c in counts) <= settings.TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS
+        store.command(_INSERT_ONE_THREAD_SQL if small else _INSERT_SQL, params, tag=trace_presence.SUMMARY_WRITE_TAG)
+        rows = store.query(_WRITTEN_SQL, params, tag="analytics.summarizer.written").dicts()
+        if presence is not None:
+            presence.written(project_id, [r["trace_id"] for r in rows])
+        written.extend(rows)
     return written
+
+
+def _start_range(traces: list[dict], previous: dict[str, dict]) -> tuple[int, int]:
+    """The start range of the traces' new spans (``first_ns``, ``last_ns``) and of the spans their
+    previous summaries saw."""
+    return (min([int(t["first_ns"]) for t in traces] + [int(p["spans_start_ns"]) for p in previous.values()]),
+            max([int(t["last_ns"]) for t in traces] + [int(p["spans_end_ns"]) for p in previous.values()]))
+
+
+def _read_groups(batch: list[dict], previous: dict[str, dict]) -> list[tuple[list[dict], bool]]:
+    """The batch's reads, as (traces, few). One read covers every span that started in the batch's
+    range, so a long-lived trace that grows (an agent's session: new spans now, its first ones
+    half an hour ago) would have each run read every span of that half hour. Those traces (at most
+    APART_TRACES, whose earlier spans start FAR_BEFORE_NS and three times the rest's range before
+    the rest's) are read apart, by id (``_FEW_SPANS_SQL``); each group costs its own statements."""
+    grown = [t for t in batch if t["trace_id"] in previous]
+    if not grown:
+        return [(batch, False)]
+    first = {t["trace_id"]: _start_range([t], {"": previous[t["trace_id"]]})[0] for t in grown}
+    far = {t["trace_id"] for t in sorted(grown, key=lambda t: first[t["trace_id"]])[:APART_TRACES]}
+    rest = [t for t in batch if t["trace_id"] not in far]
+    if not rest:
+        return [(batch, False)]
+    lo, hi = _start_range(rest, {t["trace_id"]: previous[t["trace_id"]] for t in rest if t["trace_id"] in previous})
+    cut = lo - max(FAR_BEFORE_NS, 3 * (hi - lo))
+    apart = {t for t in far if first[t] < cut}
+    if not apart:
+        return [(batch, False)]
+    return [([t for t in batch if t["trace_id"] not in apart], False), ([t for t in batch if t["trace_id"] in apart], True)]
 
 
 def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
@@ -271,30 +314,34 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
     written: list[str] = []
     spans_read = 0
     for batch in _batches(touched, settings.TRACEDASH_SUMMARIZE_BATCH_TRACES):
-        ids = [t["trace_id"] for t in batch]
-        previous = _previous(store, project_id, ids)
-        # Every span of these traces lies within the new spans' range and the range the previous
-        # summary saw, so one bounded read finds them all.
-        lo = min([int(t["first_ns"]) for t in batch] + [int(p["spans_start_ns"]) for p in previous.values()])
-        hi = max([int(t["last_ns"]) for t in batch] + [int(p["spans_end_ns"]) for p in previous.values()])
-        params = dict(base, lo_ns=lo, hi_ns=hi, trace_ids=",".join(ids))
-        if skip_unchanged:
-            ids = sorted(r["trace_id"] for r in store.query(_DIGESTS_SQL, params, tag="analytics.summarizer.changed").dicts()
-                         if r["trace_id"] not in previous or int(previous[r["trace_id"]]["spans_digest"]) != int(r["digest"]))
-            if not ids:
-                continue  # every summary is already the latest
-            # The summary reads every column it needs of the spans in [lo, hi]: bound it by the
-            # traces to write alone, not by the whole overlap the digest check had to cover
-            # (under steady traffic most touched traces are unchanged ones from the overlap).
-            changed = set(ids)
-            lo = min([int(t["first_ns"]) for t in batch if t["trace_id"] in changed]
-                     + [int(p["spans_start_ns"]) for t, p in previous.items() if t in changed])
-            hi = max([int(t["last_ns"]) for t in batch if t["trace_id"] in changed]
-                     + [int(p["spans_end_ns"]) for t, p in previous.items() if t in changed])
-            params.update(trace_ids=",".join(ids), lo_ns=lo, hi_ns=hi)
-        rows = _write(store, params, batch, prices=prices, project_id=project_id, version=version)
+        previous = _previous(store, project_id, [t["trace_id"] for t in batch])
+        reads = []
+        for group, few in _read_groups(batch, previous):
+            ids = [t["trace_id"] for t in group]
+            seen = {t: previous[t] for t in ids if t in previous}
+            # Every span of these traces lies within the new spans' range and the range the previous
+            # summary saw, so one bounded read finds them all.
+            lo, hi = _start_range(group, seen)
+            params = dict(base, lo_ns=lo, hi_ns=hi, trace_ids=",".join(ids))
+            if skip_unchanged and seen:
+                ids = sorted(r["trace_id"] for r in store.query(_DIGESTS_SQL, params, tag="analytics.summarizer.changed").dicts()
+                             if r["trace_id"] not in seen or int(seen[r["trace_id"]]["spans_digest"]) != int(r["digest"]))
+                if not ids:
+                    continue  # every summary is already the latest
+                # The summary reads every column it needs of the spans in [lo, hi]: bound it by the
+                # traces to write alone, not by the whole overlap the digest check had to cover
+                # (under steady traffic most touched traces are unchanged ones from the overlap).
+                changed = set(ids)
+                group = [t for t in group if t["trace_id"] in changed]
+                lo, hi = _start_range(group, {t: p for t, p in seen.items() if t in changed})
+                params.update(trace_ids=",".join(ids), lo_ns=lo, hi_ns=hi)
+            reads.append((group, few, params))
+        if not reads:
+            continue
+        rows = _write(store, reads, prices=prices, project_id=project_id, version=version)
         if keys:
-            store.command(_INDEX_SQL, params, tag="analytics.summarizer.index")
+            for _, _, params in reads:
+                store.command(_INDEX_SQL, params, tag="analytics.summarizer.index")
         dirty = set()
         moved: list[tuple[str, int]] = []
         for row in rows:

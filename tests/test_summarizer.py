@@ -403,3 +403,63 @@ def test_one_insert_over_the_span_limit_after_a_quiet_spell_is_summarised(projec
     for _ in range(3):
         summarizer.traces_summarize(project_ids=[project.pk])
     assert {t[0]["trace_id"] for t in big} <= set(latest(project.pk))
+
+
+def test_a_long_lived_trace_that_grows_is_read_apart(engine, project_with_key, settings, monkeypatch):
+    """A trace whose earlier spans started long before the rest of the run's (an agent's session,
+    ten minutes long, growing run after run) is read apart, by id, so that it does not widen the
+    others' read to its whole lifetime. Every summary stays exact: spans that arrived late, re-sent
+    copies (counted once), roots that came last."""
+    settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
+    project, _ = project_with_key()
+    now = time.time_ns()
+    reads = []
+    real_write = summarizer._write
+
+    def spy(store, batch_reads, **kwargs):
+        reads.extend((sorted(t["trace_id"] for t in traces), few) for traces, few, _ in batch_reads)
+        return real_write(store, batch_reads, **kwargs)
+
+    monkeypatch.setattr(summarizer, "_write", spy)
+    agent = llm_trace(start_ns=now - 600_000 * MS, name="agent-session")
+    agent[0]["duration_ms"] = 660_000.0
+    step = {**agent[1], "span_id": "a1" * 8, "start_time": now - 2_000 * MS}  # a step of the session, just now
+    a, b, c = (llm_trace(start_ns=now - k * 3_000 * MS) for k in (3, 2, 1))
+    tid = {name: spans[0]["trace_id"] for name, spans in (("agent", agent), ("a", a), ("b", b), ("c", c))}
+
+    insert(project.pk, agent[:2] + a[1:])  # the session's start; a's children (its root ends last)
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert reads == [(sorted([tid["agent"], tid["a"]]), False)], "nothing has a summary yet: one read"
+
+    reads.clear()
+    time.sleep(0.01)
+    insert(project.pk, [step, a[0]] + b + b[2:3])  # the session grows; a's root; b, one span sent twice
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert reads == [(sorted([tid["a"], tid["b"]]), False), ([tid["agent"]], True)], "the session is read apart"
+
+    reads.clear()
+    time.sleep(0.01)
+    insert(project.pk, b[3:4] + c)  # a copy of b's span re-sent later (b has a summary, a recent one), c new
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert reads == [(sorted([tid["b"], tid["c"]]), False)], "a recent trace with a summary is read with the rest"
+
+    rows = latest(project.pk)
+    assert rows[tid["agent"]]["span_count"] == 3 and rows[tid["agent"]]["has_root"] == 1
+    assert rows[tid["agent"]]["e2e_ns"] == 660_000 * MS
+    assert all(rows[tid[name]]["span_count"] == 5 and rows[tid[name]]["has_root"] == 1 for name in "abc")
+    for name in tid:
+        expected = summarizer.trace_row(project_id=project.pk, trace_id=tid[name], spans=_stored(project.pk, tid[name]),
+                                        prices={}, version=1)
+        for field in ("span_count", "has_root", "e2e_ns", "input_tokens", "output_tokens", "inference_ns",
+                      "network_ns", "other_ns", "ttft_ns", "status", "error_spans"):
+            assert rows[tid[name]][field] == expected[field], (name, field)
+        assert rows[tid[name]]["start_ns"] == expected["start_time"], name
+
+
+def _stored(project_id, trace_id):
+    """The trace's spans as stored (one copy each), as the reference trace math reads them."""
+    return get_store().query(
+        "SELECT span_id, parent_span_id, name, phase, phase_fallback, service, model, status, "
+        "toUnixTimestamp64Nano(start_time) AS start_ns, duration_ns, ttft_ns, input_tokens, output_tokens, cost_usd, cache "
+        "FROM spans FINAL WHERE project_id = {p:UInt64} AND trace_id = {t:String}",
+        {"p": project_id, "t": trace_id}, tag="tests.summarizer.stored").dicts()

@@ -135,7 +135,7 @@ def assert_same(want, got, trace_id):
 def summarize_arrays(trace_ids, version=1):
     store = get_store()
     params = {"project_id": PROJECT, "prices": summary_sql.prices_json(PRICES), "ids": ",".join(trace_ids)}
-    summary_arrays.summaries_write(store, summary_arrays.spans_sql(trace_filter=_IDS_FILTER), params,
+    summary_arrays.summaries_write(store, [(summary_arrays.spans_sql(trace_filter=_IDS_FILTER), params)],
                                    project_id=PROJECT, version=version, prices=PRICES)
 
 
