@@ -233,23 +233,9 @@ def summaries_write(store, reads: list[tuple[str, dict]], *, project_id: int, ve
     ``traces`` in one insert; returns the rows written."""
     parts = [traces_from_spans(store.query_arrow(statement, params, tag="analytics.summarizer.spans"),
                                project_id=project_id, version=version, prices=prices) for statement, params in reads]
-    rows = parts[0] if len(parts) == 1 else _concat([p for p in parts if len(p)] or parts[:1])
+    rows = parts[0] if len(parts) == 1 else Columns.concat([p for p in parts if len(p)] or parts[:1])
     store.insert("traces", rows, tag=SUMMARY_WRITE_TAG, defaulted=DEFAULTED)
     return rows
-
-
-def _concat(parts: list[Columns]) -> Columns:
-    """The rows of several ``traces_from_spans`` results as one (numpy, Arrow and list columns)."""
-    columns = {}
-    for name, first in parts[0].columns.items():
-        values = [p.columns[name] for p in parts]
-        if isinstance(first, np.ndarray):
-            columns[name] = np.concatenate(values)
-        elif isinstance(first, pa.Array):
-            columns[name] = pa.concat_arrays(values)
-        else:
-            columns[name] = [v for part in values for v in part]
-    return Columns(columns, sum(p.count for p in parts))
 
 
 def traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices=None) -> Columns:

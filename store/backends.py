@@ -94,18 +94,26 @@ class Columns:
 
     @classmethod
     def concat(cls, parts: Sequence) -> "Columns":
-        """One batch of several, each ``Columns`` (of list columns, or of Arrow arrays) or a list of
-        row mappings, with the columns of the first ``Columns`` among them (the ingest writer's group
-        commit). Arrow columns stay Arrow where every part has them; else all become lists."""
+        """One batch of several, each ``Columns`` (of list, numpy or Arrow columns) or a list of row
+        mappings, with the columns of the first ``Columns`` among them (the ingest writer's group
+        commit, the summaries of a batch's reads). A column stays Arrow, or numpy, where every part
+        has it so; else it becomes a list."""
+        import numpy as np
+
         names = next(list(p.columns) for p in parts if isinstance(p, Columns))
         parts = [p if isinstance(p, Columns) else cls.from_rows(names, p) for p in parts]
-        if all(p.arrow for p in parts):
-            import pyarrow as pa
+        columns = {}
+        for name in names:
+            values = [p.columns[name] for p in parts]
+            if all(hasattr(v, "to_pylist") for v in values):
+                import pyarrow as pa
 
-            return cls({name: pa.concat_arrays([p.columns[name] for p in parts]) for name in names},
-                       sum(p.count for p in parts))
-        return cls({name: list(itertools.chain.from_iterable(p.values(name) for p in parts)) for name in names},
-                   sum(p.count for p in parts))
+                columns[name] = pa.concat_arrays(values)
+            elif all(isinstance(v, np.ndarray) for v in values):
+                columns[name] = np.concatenate(values)
+            else:
+                columns[name] = list(itertools.chain.from_iterable(map(python_values, values)))
+        return cls(columns, sum(p.count for p in parts))
 
     @property
     def arrow(self) -> bool:
