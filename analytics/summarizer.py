@@ -17,6 +17,8 @@ makes that re-read cost a three-column read, not a summary. On the embedded stor
 every insert itself, a run stops before the oldest insert still running instead and re-reads
 nothing (``read_until_ms``), so it skips the digest check too. It marks the minutes whose rollups
 changed (``rollup_dirty``) and tells open pages which traces were summarised (``traces.summarized``).
+On the embedded store the arrivals and the new traces' spans come from memory where it holds the
+run's window whole (``analytics.fresh_spans``): only traces that grow are read back.
 
 ``trace_row`` computes the same row in Python with ``trace_math`` (the reference the SQL is tested
 against, tests/test_summary_sql.py; seeds and bench/load_spans.py use it to write summaries directly).
@@ -36,7 +38,7 @@ from ingest.services import traces_group
 from store import get_store
 
 from .prices import prices_for_project
-from analytics import attribute_index, summary_arrays, summary_sql, trace_presence
+from analytics import attribute_index, fresh_spans, summary_arrays, summary_sql, trace_presence
 
 from analytics.trace_math import PHASES, Tree, trace_summarize
 
@@ -235,14 +237,14 @@ def _previous(store, project_id: int, ids: list[str]) -> dict[str, dict]:
     return found
 
 
-def _write(store, reads: list[tuple[list[dict], bool, dict]], *, prices, project_id: int, version: int) -> list[dict]:
-    """Write the summaries of the traces each ``(traces, few, params)`` of ``reads`` names with the
-    configured engine (``TRACEDASH_SUMMARY_ENGINE``; ``few``: a few traces over a long range,
-    ``_FEW_SPANS_SQL``); returns each one's ``trace_id``, ``start_ns`` and ``span_count``."""
+def _write(store, reads: list[tuple[list[dict], object, dict]], *, prices, project_id: int, version: int) -> list[dict]:
+    """Write the summaries of the traces each ``(traces, spans, params)`` of ``reads`` names with the
+    configured engine (``TRACEDASH_SUMMARY_ENGINE``; ``spans``: the ``arrays`` engine's read,
+    ``_SPANS_SQL`` or ``_FEW_SPANS_SQL`` for a few traces over a long range, or the spans themselves
+    from memory, analytics.fresh_spans); returns each one's ``trace_id``, ``start_ns`` and ``span_count``."""
     presence = trace_presence.presence_for(store)
     if summary_engine(store) == "arrays":
-        rows = summary_arrays.summaries_write(store, [(_FEW_SPANS_SQL if few else _SPANS_SQL, params)
-                                                      for _, few, params in reads],
+        rows = summary_arrays.summaries_write(store, [(spans, params) for _, spans, params in reads],
                                               project_id=project_id, version=version, prices=prices)
         if not len(rows):
             return []
@@ -277,7 +279,9 @@ def _read_groups(batch: list[dict], previous: dict[str, dict]) -> list[tuple[lis
     range, so a long-lived trace that grows (an agent's session: new spans now, its first ones
     half an hour ago) would have each run read every span of that half hour. Those traces (at most
     APART_TRACES, whose earlier spans start FAR_BEFORE_NS and three times the rest's range before
-    the rest's) are read apart, by id (``_FEW_SPANS_SQL``); each group costs its own statements."""
+    the rest's) are read apart, by id (``_FEW_SPANS_SQL``); each group costs its own statements. A
+    batch of only such traces (the new ones of the run came from memory: analytics.fresh_spans) is
+    read by id when it spans more than FAR_BEFORE_NS."""
     grown = [t for t in batch if t["trace_id"] in previous]
     if not grown:
         return [(batch, False)]
@@ -285,7 +289,10 @@ def _read_groups(batch: list[dict], previous: dict[str, dict]) -> list[tuple[lis
     far = {t["trace_id"] for t in sorted(grown, key=lambda t: first[t["trace_id"]])[:APART_TRACES]}
     rest = [t for t in batch if t["trace_id"] not in far]
     if not rest:
-        return [(batch, False)]
+        # Only these few traces, all grown (the new ones came from memory): one read, by id where
+        # they span more than FAR_BEFORE_NS.
+        lo, hi = _start_range(batch, {t["trace_id"]: previous[t["trace_id"]] for t in batch})
+        return [(batch, hi - lo > FAR_BEFORE_NS)]
     lo, hi = _start_range(rest, {t["trace_id"]: previous[t["trace_id"]] for t in rest if t["trace_id"] in previous})
     cut = lo - max(FAR_BEFORE_NS, 3 * (hi - lo))
     apart = {t for t in far if first[t] < cut}
@@ -296,12 +303,15 @@ def _read_groups(batch: list[dict], previous: dict[str, dict]) -> list[tuple[lis
 
 def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
                          mark_dirty: bool = True, skip_unchanged: bool = False,
-                         keys: list[str] | None = None) -> tuple[list[str], int]:
+                         keys: list[str] | None = None,
+                         window: fresh_spans.Window | None = None) -> tuple[list[str], int]:
     """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
     range of their new spans; ``spans``, where known: how many) in ClickHouse, write their rows
     and mark the minutes to roll up again. ``skip_unchanged``: leave out traces whose spans are
     exactly those their latest summary was computed from (the incremental runs' overlap). ``keys``:
-    the attribute keys to index for these traces (default: the project's declared ones). Returns
+    the attribute keys to index for these traces (default: the project's declared ones). ``window``:
+    the arrivals ``touched`` came from, held in memory (analytics.fresh_spans; the ``arrays`` engine):
+    a trace without a summary has all its spans there and is not read back. Returns
     (trace ids written, spans summarised)."""
     store = get_store()
     if prices is None:
@@ -316,13 +326,23 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
     for batch in _batches(touched, settings.TRACEDASH_SUMMARIZE_BATCH_TRACES):
         previous = _previous(store, project_id, [t["trace_id"] for t in batch])
         reads = []
-        for group, few in _read_groups(batch, previous):
+        new, rest = [], batch
+        if window is not None:
+            # A trace without a summary has every stored copy of its spans in the window (a span
+            # that arrived before it was summarised then): from memory. The others grow: read.
+            new = [t for t in batch if t["trace_id"] not in previous]
+            rest = [t for t in batch if t["trace_id"] in previous]
+        groups = [(new, window)] if new else []
+        groups += [(group, _FEW_SPANS_SQL if few else _SPANS_SQL) for group, few in (_read_groups(rest, previous) if rest else [])]
+        for group, spans in groups:
             ids = [t["trace_id"] for t in group]
             seen = {t: previous[t] for t in ids if t in previous}
             # Every span of these traces lies within the new spans' range and the range the previous
             # summary saw, so one bounded read finds them all.
             lo, hi = _start_range(group, seen)
             params = dict(base, lo_ns=lo, hi_ns=hi, trace_ids=",".join(ids))
+            if spans is window:
+                spans = window.spans_of(ids, base["prices"])
             if skip_unchanged and seen:
                 ids = sorted(r["trace_id"] for r in store.query(_DIGESTS_SQL, params, tag="analytics.summarizer.changed").dicts()
                              if r["trace_id"] not in seen or int(seen[r["trace_id"]]["spans_digest"]) != int(r["digest"]))
@@ -335,7 +355,7 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
                 group = [t for t in group if t["trace_id"] in changed]
                 lo, hi = _start_range(group, {t: p for t, p in seen.items() if t in changed})
                 params.update(trace_ids=",".join(ids), lo_ns=lo, hi_ns=hi)
-            reads.append((group, few, params))
+            reads.append((group, spans, params))
         if not reads:
             continue
         rows = _write(store, reads, prices=prices, project_id=project_id, version=version)
@@ -420,25 +440,37 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
     store = get_store()
     if project_ids is None:
         project_ids = list(Project.objects.values_list("pk", flat=True))
+    # On the embedded store the spans that arrived are in memory (analytics.fresh_spans): a run
+    # whose window it holds whole reads neither which traces arrived nor the new traces' spans.
+    fresh = fresh_spans.fresh_for(store) if summary_engine(store) == "arrays" else None
     for project_id in project_ids:
         report.projects += 1
         until_ms, overlap_ms = read_until_ms(store, "spans")
         watermark = watermark_get(project_id=project_id, job=JOB)
         since_ms = max(0, watermark - overlap_ms)
-        until_ms = _bounded_until(project_id=project_id, since_ms=watermark, until_ms=until_ms)
-        touched = store.query(_TOUCHED_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
-                              tag="analytics.summarizer.touched").dicts()
+        window = None
+        if fresh is not None and not overlap_ms:
+            window = fresh.window(project_id, watermark, until_ms, int(settings.TRACEDASH_SUMMARIZE_MAX_SPANS))
+        if window is not None:
+            until_ms = window.until_ms
+            touched = window.touched()
+        else:
+            until_ms = _bounded_until(project_id=project_id, since_ms=watermark, until_ms=until_ms)
+            touched = store.query(_TOUCHED_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
+                                  tag="analytics.summarizer.touched").dicts()
         if touched:
             # Only an overlap re-reads spans that a summary has already seen; without one (the
             # embedded store) every touched trace received a span since its latest summary, and
             # the digest check would read the spans' ids once more to find nothing to skip.
             written, spans = traces_summarize_ids(project_id=project_id, touched=touched,
-                                                  skip_unchanged=overlap_ms > 0)
+                                                  skip_unchanged=overlap_ms > 0, window=window)
             report.traces += len(written)
             report.spans += spans
             report.trace_ids[project_id] = written[:EVENT_TRACE_IDS]
             traces_summarized_notify(project_id=project_id, trace_ids=written)
             watermark_set(project_id=project_id, job=JOB, value=until_ms)
+            if fresh is not None:
+                fresh.consumed(project_id, until_ms)
         # Nothing arrived: the watermark stays (the next run reads from it again, as cheaply),
         # and an idle project writes nothing.
     report.seconds = time.perf_counter() - started

@@ -226,13 +226,15 @@ def _in_start_order(rows: np.ndarray, trace: np.ndarray, st: np.ndarray, sid: np
     return rows
 
 
-def summaries_write(store, reads: list[tuple[str, dict]], *, project_id: int, version: int,
+def summaries_write(store, reads: list[tuple[str | pa.Table, dict]], *, project_id: int, version: int,
                     prices=None) -> Columns:
-    """Read the spans each ``(statement, params)`` of ``reads`` selects (``spans_sql``; each read
-    holds whole traces, and no trace is in two), compute their traces' rows and insert them into
+    """Read the spans each ``(statement, params)`` of ``reads`` selects (``spans_sql``, or the spans
+    themselves, with its columns, where they are at hand: analytics.fresh_spans; each read holds
+    whole traces, and no trace is in two), compute their traces' rows and insert them into
     ``traces`` in one insert; returns the rows written."""
-    parts = [traces_from_spans(store.query_arrow(statement, params, tag="analytics.summarizer.spans"),
-                               project_id=project_id, version=version, prices=prices) for statement, params in reads]
+    parts = [traces_from_spans(spans if isinstance(spans, pa.Table) else
+                               store.query_arrow(spans, params, tag="analytics.summarizer.spans"),
+                               project_id=project_id, version=version, prices=prices) for spans, params in reads]
     rows = parts[0] if len(parts) == 1 else Columns.concat([p for p in parts if len(p)] or parts[:1])
     store.insert("traces", rows, tag=SUMMARY_WRITE_TAG, defaulted=DEFAULTED)
     return rows

@@ -32,14 +32,13 @@ the summariser reads every id, as before.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import deque
 
 import numpy as np
 
-from store import column_values
+from store import column_values, writes_table
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +60,7 @@ for _i, _c in enumerate(b"0123456789abcdef"):
     _NIBBLE[_c] = _i
 for _i, _c in enumerate(b"ABCDEF"):
     _NIBBLE[_c] = 10 + _i
-_WRITES_TRACES = re.compile(r"\b(INSERT\s+INTO|TRUNCATE\s+TABLE(\s+IF\s+EXISTS)?|ALTER\s+TABLE|DELETE\s+FROM|DROP\s+TABLE(\s+IF\s+EXISTS)?|"
-                            r"OPTIMIZE\s+TABLE|EXCHANGE\s+TABLES|RENAME\s+TABLE)\s+`?" + TABLE + r"(_local)?`?(\s|\(|$|;)",
-                            re.IGNORECASE)
+_WRITES_TRACES = writes_table(TABLE)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

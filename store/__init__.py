@@ -1,7 +1,7 @@
 """tracedash's ClickHouse store: the single choke point for every query."""
 
 from .backends import Columns, Result, column_values
-from .client import Store, get_store, set_store, store_from_settings
+from .client import Store, get_store, set_store, store_from_settings, writes_table
 from .errors import DataDirLocked, StoreAuthError, StoreBusy, StoreError, StoreTimeout, StoreUnavailable
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "get_store",
     "set_store",
     "store_from_settings",
+    "writes_table",
 ]

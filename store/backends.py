@@ -444,30 +444,51 @@ class EmbeddedBackend:
         return True
 
     def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str,
-               dedup_token: str | None = None) -> None:
+               dedup_token: str | None = None, *, stamp: str | None = None, stored=None) -> None:
+        """``stamp``: a ``DEFAULT now64(3)`` column (``ingested_at``) that this insert fills itself,
+        with the unix ms at which it registered as running: the value ClickHouse would stamp (the
+        same clock, a moment earlier), but known here. ``stored(arrow, stamp_ms)``: called once the
+        rows are stored (the Arrow table they travelled as), or with ``None`` when the insert
+        raised (its rows may be stored all the same), while the insert still counts as running
+        (``settled_until_ns``): a reader that stops before the running inserts never sees rows
+        whose ``stored`` call has not returned."""
         key, number = (self.database, table), next(_INFLIGHT_NUMBERS)
         with _INFLIGHT_LOCK:
-            _INFLIGHT.setdefault(key, {})[number] = time.time_ns()
+            started_ns = _INFLIGHT.setdefault(key, {})[number] = time.time_ns()
+        stamp_ms = started_ns // 1_000_000
         try:
-            self._insert(table, columns, types, rows, tag, dedup_token)
+            try:
+                arrow = self._insert(table, columns, types, rows, tag, dedup_token,
+                                     stamp=(stamp, stamp_ms) if stamp else None)
+            except BaseException:
+                if stored is not None:
+                    stored(None, stamp_ms)
+                raise
+            if stored is not None:
+                stored(arrow, stamp_ms)
         finally:
             with _INFLIGHT_LOCK:
                 del _INFLIGHT[key][number]
 
     def _insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str,
-                dedup_token: str | None) -> None:
+                dedup_token: str | None, stamp: tuple[str, int] | None = None):
         # Rows travel as an Arrow table that chdb reads in place (Python() table function): about
         # four times cheaper than JSONEachRow text on both the Python and the ClickHouse side.
-        arrow_rows = arrow_table(columns, types, rows)  # noqa: F841 - chdb finds it by name
+        arrow_rows = arrow_table(columns, types, rows)
         column_list = ", ".join(f"`{c}`" for c in columns)
+        selected = "*"
+        if stamp is not None:
+            column_list += f", `{stamp[0]}`"
+            selected = f"*, fromUnixTimestamp64Milli(toInt64({int(stamp[1])}), 'UTC')"
         # The token is checked by Store.insert (letters, digits, - and _), so it is safe as text.
         # chdb turns async_insert on by default, which makes every insert wait for a buffer flush;
         # callers batch already (the ingest writer's group commit), so insert synchronously. One
         # thread: the rows come from one Arrow table, and a second thread only splits the blocks
         # (an insert of 4,000-8,000 spans cost 20-25 % more CPU on two; 1,000: the same).
         settings = " SETTINGS async_insert = 0, max_threads = 1" + (f", insert_deduplication_token = '{dedup_token}'" if dedup_token else "")
-        self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}){settings} SELECT * FROM Python(arrow_rows)",
+        self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}){settings} SELECT {selected} FROM Python(arrow_rows)",
                      None, tag)
+        return arrow_rows
 
     def close(self, timeout: float = 60.0) -> bool:
         """Refuse new calls, wait up to ``timeout`` seconds for those inside chdb to return, then
@@ -732,7 +753,9 @@ class NativeBackend:
         return pa.Table.from_arrays(arrays, names=[name for name, _ in meta])
 
     def insert(self, table: str, columns: Sequence[str], types: Sequence[str], rows: Sequence[dict], tag: str,
-               dedup_token: str | None = None) -> None:
+               dedup_token: str | None = None, *, stamp: str | None = None, stored=None) -> None:
+        # ``stamp`` and ``stored``: the embedded store's alone (EmbeddedBackend.insert); a server is
+        # written by other processes too, and stamps ``ingested_at`` itself.
         data = []
         for name, ch_type in zip(columns, types):
             values = python_values(column_values(rows, name))

@@ -24,6 +24,15 @@ SLOW_READ_MS = 1000  # TRACEDASH_SLOW_QUERY_MS: a read (SELECT) slower than this
 SLOW_WRITE_MS = 5000  # TRACEDASH_SLOW_WRITE_MS: inserts, DDL, OPTIMIZE/ALTER (merges) are judged separately
 SLOW_LOG_WINDOW = 60.0  # seconds: at most one line per caller tag in this long
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+ARRIVAL_COLUMN, ARRIVAL_DEFAULT = "ingested_at", "now64(3)"  # a row's arrival, stamped at insert
+
+
+def writes_table(table: str) -> re.Pattern:
+    """A statement that writes ``table`` (or its ``_local`` table on a cluster) other than by
+    ``Store.insert``: what a write listener keeping state derived from ``table`` must start over on."""
+    return re.compile(r"\b(INSERT\s+INTO|TRUNCATE\s+TABLE(\s+IF\s+EXISTS)?|ALTER\s+TABLE|DELETE\s+FROM|"
+                      r"DROP\s+TABLE(\s+IF\s+EXISTS)?|OPTIMIZE\s+TABLE|EXCHANGE\s+TABLES|RENAME\s+TABLE)\s+`?"
+                      + table + r"(_local)?`?(\s|\(|$|;)", re.IGNORECASE)
 
 
 class SlowQueryLog:
@@ -109,13 +118,20 @@ class Store:
         stored all the same), ``on_command(sql, tag)`` after a ``command`` that succeeded and
         ``on_command_failed(sql, tag)`` after one that raised (the statement as the caller wrote
         it). A listener keeps state derived from the tables (analytics.trace_presence); one that
-        fails is told to ``reset()``, and the write's outcome stands."""
+        fails is told to ``reset()``, and the write's outcome stands. Optional, where the listener
+        has them: ``on_command_start(sql, tag)`` before a ``command`` runs, and, on the embedded
+        store, ``on_stored(table, arrow, stamp_ms, tag)`` while an insert still counts as running
+        (``EmbeddedBackend.insert``): its rows as the Arrow table they were stored from and the
+        ``ingested_at`` they got, or ``None`` when it raised (analytics.fresh_spans)."""
         self._write_listeners.append(listener)
 
     def _tell(self, method: str, *args) -> None:
         for listener in self._write_listeners:
+            call = getattr(listener, method, None)
+            if call is None:
+                continue
             try:
-                getattr(listener, method)(*args)
+                call(*args)
             except Exception:  # noqa: BLE001 - the write succeeded; the listener starts over
                 log.exception("store write listener %r failed on %s", listener, method)
                 listener.reset()
@@ -154,6 +170,8 @@ class Store:
     def command(self, sql: str, params: Mapping | None = None, *, tag: str) -> None:
         """Run a statement that returns nothing (DDL, ALTER, TRUNCATE)."""
         started = time.perf_counter()
+        if self._write_listeners:
+            self._tell("on_command_start", sql, tag)
         try:
             self.backend.command(tag_comment(tag) + sql, dict(params) if params else None, tag)
         except BaseException:
@@ -179,9 +197,21 @@ class Store:
         if spec is None:
             raise StoreError(f"unknown table {table!r}; known: {', '.join(TABLES)}", tag=tag)
         columns = spec.insert_columns + tuple(c for c in spec.columns if c.default and c.name in defaulted)
+        # The arrival stamp (``ingested_at``): the embedded store fills it itself and tells the
+        # listeners which value it got (a server stamps it, and is written by other processes too).
+        stamp = next((c.name for c in spec.columns if c.name == ARRIVAL_COLUMN and c.default == ARRIVAL_DEFAULT
+                      and c not in columns), None)
+        stored = None
+        if stamp is not None:
+            # Always passed, and the listeners looked up when it is called: a listener added while
+            # this insert runs learns of it (analytics.fresh_spans serves the stamps after its start).
+            def stored(arrow, stamp_ms):
+                if self._write_listeners:
+                    self._tell("on_stored", table, arrow, stamp_ms, tag)
         started = time.perf_counter()
         try:
-            self.backend.insert(table, [c.name for c in columns], [c.type for c in columns], rows, tag, dedup_token)
+            self.backend.insert(table, [c.name for c in columns], [c.type for c in columns], rows, tag, dedup_token,
+                                stamp=stamp, stored=stored)
         except KeyError as exc:
             raise StoreError(f"row for {table} lacks column {exc.args[0]!r}", tag=tag) from exc
         except BaseException:

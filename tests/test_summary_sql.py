@@ -11,7 +11,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from analytics import summary_arrays, summary_sql
+from analytics import fresh_spans, summary_arrays, summary_sql
 from analytics.trace_math import PHASES, trace_summarize
 from store import get_store
 
@@ -151,7 +151,22 @@ def summarize_sql(trace_ids, version=1, settings=""):
                         "ids": ",".join(trace_ids)}, tag="tests.summary_sql.summarize")
 
 
-ENGINES = {"sql": summarize_sql, "arrays": summarize_arrays}
+def summarize_memory(trace_ids, version=1):
+    """``arrays`` over the spans as the inserts stored them, held in memory (analytics.fresh_spans):
+    every column ``spans_sql`` reads, the digest's hashes of ``span_id`` and ``ingested_at`` included."""
+    import time
+
+    store = get_store()
+    fresh = fresh_spans.fresh_for(store)
+    time.sleep(0.002)  # the inserts' stamp lies before this ms
+    window = fresh.window(PROJECT, fresh.since_ms, store.settled_until_ms("spans"), 10**9)
+    assert window is not None, "every insert since the listener started is held"
+    params = {"project_id": PROJECT, "prices": summary_sql.prices_json(PRICES), "ids": ",".join(trace_ids)}
+    summary_arrays.summaries_write(store, [(window.spans_of(trace_ids, params["prices"]), params)],
+                                   project_id=PROJECT, version=version, prices=PRICES)
+
+
+ENGINES = {"sql": summarize_sql, "arrays": summarize_arrays, "memory": summarize_memory}
 
 _counter = iter(range(1, 10**9))
 
@@ -168,13 +183,14 @@ def _span(k, parent, phase, duration_ns):
 _CYCLE = [_span(1, 3, "network", 0), _span(2, 1, "network", 5000), _span(3, 1, "inference", 0)]
 
 
-@pytest.mark.parametrize("engine", ["sql", "arrays"])
+@pytest.mark.parametrize("engine", ["sql", "arrays", "memory"])
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                       HealthCheck.too_slow])
 @given(traces=st.lists(a_trace(), min_size=1, max_size=4))
 @example(traces=[(_CYCLE, [])])
 def test_summaries_equal_the_reference(engine, traces):
-    """Each engine (ClickHouse's statement, numpy over the columns) over the same random trees."""
+    """Each engine (ClickHouse's statement, numpy over the columns read back or held in memory) over
+    the same random trees."""
     _summaries_equal_the_reference(traces, ENGINES[engine])
 
 
@@ -194,6 +210,7 @@ def _summaries_equal_the_reference(traces, summarize):
 
 def _summarise_and_compare(traces, summarize, base_ns):
     store = get_store()
+    fresh_spans.fresh_for(store)  # holds the inserts below (the ``memory`` engine reads them)
     ids, first, again = [], [], []
     for spans, resend in traces:
         trace_id = f"{next(_counter):032x}"

@@ -1,0 +1,326 @@
+"""The spans this process has just stored, handed to the summariser without reading them back.
+
+A summariser run finds the traces that received spans since its watermark (``spans.ingested_at``),
+bounds the run (``TRACEDASH_SUMMARIZE_MAX_SPANS``) and reads every stored copy of those traces'
+spans back from ``spans``: three reads of what the ingest writer had in memory a second before,
+~40 % of a run's CPU (docs/BENCHMARKS.md). On the embedded store this process makes every insert
+into ``spans`` (chdb opens a data directory in one process only), and each insert stamps
+``ingested_at`` itself with a value it knows (``EmbeddedBackend.insert``). So this module keeps,
+per insert, the columns the summaries read (the Arrow table the rows were stored from: no copy)
+and its stamp, and answers a run's window of arrivals from memory:
+
+- **which traces arrived** (``Window.touched``: what the ``touched`` read returned) and where a
+  backlog's run stops (what the ``bound`` read computed), from the inserts' stamps and row counts;
+- **the spans of a new trace** (one without a summary: every stored copy of its spans arrived
+  within the window, since a span that arrived before the watermark was summarised then):
+  ``Window.spans`` gives them with the columns ``summary_arrays.spans_sql`` reads, the digest's
+  hashes included (ClickHouse's ``cityHash64``, computed here: ``city_hash64_16``). A trace that
+  had a summary (it grows) is still read from ``spans``: its earlier spans are not here.
+
+Only what is certain is answered. The window is served when every insert with a stamp in it was
+recorded: the buffer covers the stamps from its start (``since``) on, per project; an insert that
+raised (its rows may be stored all the same), a statement that writes ``spans`` (``ALTER``,
+``DELETE``, ``TRUNCATE``, ``INSERT … SELECT``; none is served while one runs) or a listener that
+failed make it start over from the clock, and a run whose watermark lies before that reads the
+store, as every run on a ClickHouse server does. The summariser tells which arrivals it has
+summarised (``consumed``); at most ``MAX_ROWS`` spans are kept (the oldest go first, and their
+projects read the store until they are past them).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from clickhouse_cityhash.cityhash import CityHash64
+
+from store import writes_table
+
+log = logging.getLogger(__name__)
+
+TABLE = "spans"
+MAX_ROWS = 400_000  # spans kept at most (8 runs of TRACEDASH_SUMMARIZE_MAX_SPANS's default; ~100 MB at most)
+# The columns of ``spans`` the summaries read, as the insert's Arrow table has them.
+KEPT = ("project_id", "trace_id", "span_id", "parent_span_id", "name", "phase", "phase_fallback", "cache", "service",
+        "model", "start_time", "duration_ns", "status", "status_message", "ttft_ns", "input_tokens", "output_tokens",
+        "cost_usd")
+LOADTEST_KEY = "loadtest.run_id"  # spans.loadtest_run_id's DEFAULT: attributes['loadtest.run_id']
+SPAN_ID_BYTES = 16  # spans.span_id is a FixedString(16): a shorter id is hashed NUL-padded, as stored
+
+
+_WRITES_SPANS = writes_table(TABLE)
+
+# --- ClickHouse's cityHash64 (CityHash v1.0.2), vectorised for what the digest hashes ------------------
+_K_MUL = np.uint64(0x9DDFEA08EB382D69)
+
+
+def _hash128_to_64(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        a = (low ^ high) * _K_MUL
+        a ^= a >> np.uint64(47)
+        b = (high ^ a) * _K_MUL
+        b ^= b >> np.uint64(47)
+        return b * _K_MUL
+
+
+def city_hash64_16(data: np.ndarray) -> np.ndarray:
+    """``cityHash64`` of each row of ``data`` (n, 16) bytes: a ``FixedString(16)``'s (CityHash
+    v1.0.2's HashLen0to16 for 16 bytes)."""
+    words = np.ascontiguousarray(data).view("<u8").reshape(-1, 2)
+    a, b = words[:, 0].astype(np.uint64), words[:, 1].astype(np.uint64)
+    with np.errstate(over="ignore"):
+        moved = b + np.uint64(16)
+    rotated = (moved >> np.uint64(16)) | (moved << np.uint64(48))
+    return _hash128_to_64(a, rotated) ^ b
+
+
+def city_hash64_ms(stamp_ms: int) -> int:
+    """``cityHash64`` of a ``DateTime64(3)`` value (its 8 bytes: unix ms, little-endian)."""
+    return CityHash64(struct.pack("<q", int(stamp_ms)))
+
+
+def combine(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """``cityHash64(x, y)`` from the hashes of ``x`` and ``y`` (ClickHouse combines the hashes of its
+    arguments with CityHash's Hash128to64)."""
+    return _hash128_to_64(first, second)
+
+
+def _fixed_bytes(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
+    """A column of ids as (n, width) bytes, NUL-padded as ``FixedString(width)`` stores them."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    lengths = pc.binary_length(array)
+    if len(array) and array.null_count == 0 and pc.min(lengths).as_py() == width == pc.max(lengths).as_py():
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int32 if array.type == pa.string() else np.int64)
+        start = int(offsets[array.offset])
+        data = np.frombuffer(array.buffers()[2], dtype=np.uint8)[start:start + width * len(array)]
+        return data.reshape(-1, width)
+    joined = b"".join((v or "").encode()[:width].ljust(width, b"\0") for v in array.to_pylist())
+    return np.frombuffer(joined, dtype=np.uint8).reshape(-1, width)
+
+
+@dataclass
+class _Insert:
+    stamp_ms: int
+    table: pa.Table  # KEPT columns and ``loadtest``
+    counts: dict[int, int]  # rows per project not yet summarised
+
+
+@dataclass
+class Window:
+    """A project's arrivals in [since_ms, until_ms), from memory."""
+
+    project_id: int
+    until_ms: int
+    table: pa.Table  # the KEPT columns and ``loadtest``, ``ingested_ms``, ``stamp_hash``
+
+    @property
+    def spans(self) -> int:
+        return self.table.num_rows
+
+    def touched(self) -> list[dict]:
+        """The traces that received spans, as the summariser's ``touched`` read gives them:
+        ``trace_id``, ``first_ns`` and ``last_ns`` (the start range of their new spans),
+        ``spans``; by first start, then id."""
+        if not self.table.num_rows:
+            return []
+        starts = pa.table({"trace_id": self.table.column("trace_id"),
+                           "st": pc.cast(self.table.column("start_time"), pa.int64())})
+        grouped = starts.group_by("trace_id").aggregate([("st", "min"), ("st", "max"), ("st", "count")])
+        grouped = grouped.sort_by([("st_min", "ascending"), ("trace_id", "ascending")])
+        return [{"trace_id": t, "first_ns": lo, "last_ns": hi, "spans": n} for t, lo, hi, n in zip(
+            grouped.column("trace_id").to_pylist(), grouped.column("st_min").to_pylist(),
+            grouped.column("st_max").to_pylist(), grouped.column("st_count").to_pylist())]
+
+    def spans_of(self, trace_ids: list[str], prices_json: str) -> pa.Table:
+        """Every stored copy of these traces' spans with the columns (and values)
+        ``summary_arrays.spans_sql`` reads from ``spans``."""
+        rows = self.table.filter(pc.is_in(self.table.column("trace_id"), value_set=pa.array(trace_ids, pa.string())))
+        sid = rows.column("span_id")
+        digest = combine(city_hash64_16(_fixed_bytes(sid, SPAN_ID_BYTES)),
+                         rows.column("stamp_hash").to_numpy().astype(np.uint64))
+
+        def filled(name: str, value, arrow_type) -> pa.Array:
+            return pc.fill_null(rows.column(name), value).cast(arrow_type)
+
+        def present(name: str) -> pa.Array:
+            return pc.is_valid(rows.column(name)).cast(pa.uint8())
+
+        n = rows.num_rows
+        return pa.table({
+            "trace_id": rows.column("trace_id"), "sid": sid, "parent": rows.column("parent_span_id"),
+            "name": rows.column("name"), "raw_phase": rows.column("phase"), "service": rows.column("service"),
+            "model": rows.column("model"), "st": pc.cast(rows.column("start_time"), pa.int64()),
+            "dur": rows.column("duration_ns").cast(pa.int64()),
+            "error": pc.equal(rows.column("status"), "error").cast(pa.uint8()),
+            "status_message": rows.column("status_message"),
+            "has_ttft": present("ttft_ns"), "ttft": filled("ttft_ns", 0, pa.int64()),
+            "input_tokens": filled("input_tokens", 0, pa.uint64()), "output_tokens": filled("output_tokens", 0, pa.uint64()),
+            "has_cost": present("cost_usd"), "cost": filled("cost_usd", 0.0, pa.float64()),
+            "loadtest": rows.column("loadtest"), "fallback": rows.column("phase_fallback").cast(pa.uint8()),
+            "cache_state": rows.column("cache").cast(pa.uint8()), "h": pa.array(digest, pa.uint64()),
+            "ingested": pc.multiply(rows.column("ingested_ms"), 1_000_000),
+            "prices_hash": pa.array(np.full(n, CityHash64(prices_json.encode()), dtype=np.uint64), pa.uint64()),
+        })
+
+
+class FreshSpans:
+    """The recent inserts into ``spans`` of one embedded store (see the module's docstring): the
+    store's write listener and the summariser's source. Thread-safe."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._inserts: list[_Insert] = []
+        self._rows = 0
+        self._since_ms = _next_ms()  # every insert stamped from here on is recorded (until a reset)
+        self._floor: dict[int, int] = {}  # per project: stamps below this were let go unsummarised
+        self._writing = 0  # statements that write ``spans`` running now
+        self.stats = {"windows": 0, "store": 0, "resets": 0, "evicted": 0}
+
+    # --- the store's write listener ------------------------------------------------------------
+    def on_stored(self, table: str, arrow, stamp_ms: int, tag: str) -> None:
+        if table != TABLE:
+            return
+        if arrow is None:
+            self.reset()
+            return
+        with self._lock:
+            if stamp_ms < self._since_ms:
+                return
+        loadtest = pc.not_equal(pc.fill_null(pc.map_lookup(arrow.column("attributes"), pa.scalar(LOADTEST_KEY),
+                                                           "first"), ""), "").cast(pa.uint8())
+        kept = arrow.select(list(KEPT)).append_column("loadtest", loadtest)
+        projects, counts = np.unique(kept.column("project_id").to_numpy(), return_counts=True)
+        with self._lock:
+            if stamp_ms < self._since_ms:  # a reset came in between
+                return
+            self._inserts.append(_Insert(stamp_ms, kept, dict(zip(projects.tolist(), counts.tolist()))))
+            self._rows += kept.num_rows
+            while self._rows > MAX_ROWS and self._inserts:
+                self._evict_oldest()
+
+    def on_insert(self, table: str, rows, tag: str) -> None:
+        pass  # on_stored has it
+
+    def on_insert_failed(self, table: str, tag: str) -> None:
+        pass  # on_stored had it, while the insert still counted as running
+
+    def on_command_start(self, sql: str, tag: str) -> None:
+        if _WRITES_SPANS.search(sql):
+            with self._lock:
+                self._writing += 1
+
+    def on_command(self, sql: str, tag: str) -> None:
+        if _WRITES_SPANS.search(sql):
+            self._written()
+
+    def on_command_failed(self, sql: str, tag: str) -> None:
+        if _WRITES_SPANS.search(sql):
+            self._written()
+
+    def _written(self) -> None:
+        with self._lock:
+            self._writing = max(0, self._writing - 1)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every insert: the window is served again from the next stamp on."""
+        with self._lock:
+            self._inserts.clear()
+            self._rows = 0
+            self._floor.clear()
+            self._since_ms = _next_ms()
+            self.stats["resets"] += 1
+
+    def _evict_oldest(self) -> None:
+        oldest = min(range(len(self._inserts)), key=lambda i: self._inserts[i].stamp_ms)
+        gone = self._inserts.pop(oldest)
+        self._rows -= gone.table.num_rows
+        for project_id in gone.counts:
+            self._floor[project_id] = max(self._floor.get(project_id, 0), gone.stamp_ms + 1)
+        self.stats["evicted"] += 1
+
+    # --- the summariser ------------------------------------------------------------------------
+    def window(self, project_id: int, since_ms: int, until_ms: int, limit: int) -> Window | None:
+        """The project's spans stamped in [since_ms, until_ms), where every insert stamped there is
+        known (``until_ms`` at most the start of the oldest insert still running:
+        ``Store.settled_until_ms``), else None (read the store). ``until_ms`` comes back lower when
+        more than ``limit`` spans arrived, exactly where the summariser's ``bound`` read would put
+        it: before the arrival of the span past the limit, or just after the first arrival when
+        that is the same one."""
+        with self._lock:
+            if self._writing or since_ms < max(self._since_ms, self._floor.get(project_id, 0)):
+                self.stats["store"] += 1
+                return None
+            picked = sorted((i for i in self._inserts if since_ms <= i.stamp_ms < until_ms and project_id in i.counts),
+                            key=lambda i: i.stamp_ms)
+            self.stats["windows"] += 1
+        if sum(i.counts[project_id] for i in picked) > limit:
+            seen = 0
+            for insert in picked:
+                seen += insert.counts[project_id]
+                if seen > limit:
+                    until_ms = min(until_ms, max(insert.stamp_ms, picked[0].stamp_ms + 1))
+                    break
+            picked = [i for i in picked if i.stamp_ms < until_ms]
+        parts = []
+        for insert in picked:
+            part = insert.table
+            if len(insert.counts) > 1:
+                part = part.filter(pc.equal(part.column("project_id"), pa.scalar(project_id, pa.uint64())))
+            n = part.num_rows
+            parts.append(part.append_column("ingested_ms", pa.array(np.full(n, insert.stamp_ms, dtype=np.int64)))
+                         .append_column("stamp_hash", pa.array(np.full(n, city_hash64_ms(insert.stamp_ms), dtype=np.uint64))))
+        table = pa.concat_tables(parts) if parts else _EMPTY
+        return Window(project_id, until_ms, table)
+
+    def consumed(self, project_id: int, until_ms: int) -> None:
+        """The project's arrivals before ``until_ms`` are summarised (its watermark is there)."""
+        with self._lock:
+            kept = []
+            for insert in self._inserts:
+                if insert.stamp_ms < until_ms and project_id in insert.counts:
+                    del insert.counts[project_id]
+                if insert.counts:
+                    kept.append(insert)
+                else:
+                    self._rows -= insert.table.num_rows
+            self._inserts = kept
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @property
+    def since_ms(self) -> int:
+        """The first stamp from which every insert is held (until a reset)."""
+        return self._since_ms
+
+
+def _next_ms() -> int:
+    """The first whole ms after now: an insert registered from now on is stamped there or later."""
+    return time.time_ns() // 1_000_000 + 1
+
+
+_EMPTY_FIELDS = [("project_id", pa.uint64()), ("trace_id", pa.string()), ("start_time", pa.timestamp("ns", "UTC"))]
+_EMPTY = pa.table({name: pa.array([], t) for name, t in _EMPTY_FIELDS})
+
+_FRESH_LOCK = threading.Lock()
+
+
+def fresh_for(store) -> FreshSpans | None:
+    """The store's FreshSpans, registered as its write listener on first use (it serves arrivals
+    stamped after that); None where the store is written by other processes too (a server)."""
+    if store.kind != "embedded":
+        return None
+    with _FRESH_LOCK:
+        fresh = getattr(store, "_fresh_spans", None)
+        if fresh is None:
+            fresh = store._fresh_spans = FreshSpans()
+            store.add_write_listener(fresh)
+        return fresh
