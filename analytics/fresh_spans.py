@@ -23,8 +23,8 @@ raised (its rows may be stored all the same), a statement that writes ``spans`` 
 ``DELETE``, ``TRUNCATE``, ``INSERT … SELECT``; none is served while one runs) or a listener that
 failed make it start over from the clock, and a run whose watermark lies before that reads the
 store, as every run on a ClickHouse server does. The summariser tells which arrivals it has
-summarised (``consumed``); at most ``MAX_ROWS`` spans are kept (the oldest go first, and their
-projects read the store until they are past them).
+summarised (``consumed``); at most ``MAX_ROWS`` spans are kept, none longer than ``MAX_AGE_MS``
+(the oldest go first, and their projects read the store until they are past them).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 TABLE = "spans"
 MAX_ROWS = 400_000  # spans kept at most (8 runs of TRACEDASH_SUMMARIZE_MAX_SPANS's default; ~100 MB at most)
+MAX_AGE_MS = 60_000  # an insert not summarised this long after its stamp is let go (a project no run takes)
 # The columns of ``spans`` the summaries read, as the insert's Arrow table has them.
 KEPT = ("project_id", "trace_id", "span_id", "parent_span_id", "name", "phase", "phase_fallback", "cache", "service",
         "model", "start_time", "duration_ns", "status", "status_message", "ttft_ns", "input_tokens", "output_tokens",
@@ -201,7 +202,7 @@ class FreshSpans:
                 return
             self._inserts.append(_Insert(stamp_ms, kept, dict(zip(projects.tolist(), counts.tolist()))))
             self._rows += kept.num_rows
-            while self._rows > MAX_ROWS and self._inserts:
+            while self._inserts and (self._rows > MAX_ROWS or self._oldest().stamp_ms < stamp_ms - MAX_AGE_MS):
                 self._evict_oldest()
 
     def on_insert(self, table: str, rows, tag: str) -> None:
@@ -237,9 +238,12 @@ class FreshSpans:
             self._since_ms = _next_ms()
             self.stats["resets"] += 1
 
+    def _oldest(self) -> _Insert:
+        return min(self._inserts, key=lambda i: i.stamp_ms)
+
     def _evict_oldest(self) -> None:
-        oldest = min(range(len(self._inserts)), key=lambda i: self._inserts[i].stamp_ms)
-        gone = self._inserts.pop(oldest)
+        gone = self._oldest()
+        self._inserts.remove(gone)
         self._rows -= gone.table.num_rows
         for project_id in gone.counts:
             self._floor[project_id] = max(self._floor.get(project_id, 0), gone.stamp_ms + 1)

@@ -192,8 +192,8 @@ def test_a_backlog_stops_where_the_store_would_stop_it(project_with_key, setting
 
 
 def test_the_oldest_arrivals_go_first_when_too_many_are_held(project_with_key, monkeypatch):
-    """Over MAX_ROWS, the oldest inserts are let go: their projects read the store until their
-    runs are past them; another project's window is still served."""
+    """Over MAX_ROWS, or older than MAX_AGE_MS, the oldest inserts are let go: their projects read
+    the store until their runs are past them; another project's window is still served."""
     monkeypatch.setattr(fresh_spans, "MAX_ROWS", 12)
     store = get_store()
     one, _ = project_with_key()
@@ -209,6 +209,12 @@ def test_the_oldest_arrivals_go_first_when_too_many_are_held(project_with_key, m
     assert fresh.window(one.pk, since, until, 10**9) is None
     assert fresh.window(two.pk, since, until, 10**9).spans == 10
     assert fresh.window(one.pk, until, until + 1, 10**9) is not None, "past the insert let go"
+    monkeypatch.setattr(fresh_spans, "MAX_AGE_MS", 1)
+    time.sleep(0.003)
+    store.insert("spans", rows_of(one.pk, llm_trace()), tag="tests.fresh_spans.spans")  # the others are too old now
+    until = settle()
+    assert fresh.window(two.pk, since, until, 10**9) is None, "an insert no run took for too long is let go"
+    assert fresh.rows == 5, "only the newest insert is held"
 
 
 def test_nothing_acknowledged_is_missed_while_inserts_and_runs_overlap(project_with_key, settings):
