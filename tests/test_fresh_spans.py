@@ -88,7 +88,7 @@ def test_the_spans_held_are_what_a_read_of_spans_returns(project_with_key):
     assert len(set(held.column("ingested").to_pylist())) == 2
 
 
-def test_the_summariser_reads_neither_the_arrivals_nor_a_new_traces_spans(project_with_key, settings):
+def test_the_summariser_reads_neither_the_arrivals_nor_a_new_traces_spans(project_with_key, settings, monkeypatch):
     """After the project's first run (its watermark lies before the memory's start), runs take what
     arrived and the new traces' spans from memory; a trace that grows is still read. Every summary
     equals the reference trace math over the stored spans."""
@@ -109,22 +109,22 @@ def test_the_summariser_reads_neither_the_arrivals_nor_a_new_traces_spans(projec
             return (real_query if kind == "query" else real_arrow)(sql, params, tag=tag)
         return call
 
-    store.query, store.query_arrow = spy("query"), spy("arrow")
-    try:
-        time.sleep(0.002)
-        store.insert("spans", rows_of(project.pk, second + third[1:]), tag="tests.fresh_spans.spans")
-        before = dict(fresh.stats)
-        summarizer.traces_summarize(project_ids=[project.pk])
-        assert fresh.stats["windows"] == before["windows"] + 1
-        assert not {"analytics.summarizer.touched", "analytics.summarizer.bound", "analytics.summarizer.spans"} & set(tags), tags
-        tags.clear()
-        time.sleep(0.002)
-        store.insert("spans", rows_of(project.pk, third[:1]), tag="tests.fresh_spans.spans")  # third's root, last
-        summarizer.traces_summarize(project_ids=[project.pk])
-        assert "analytics.summarizer.spans" in tags, "a trace that grows is read"
-        assert "analytics.summarizer.touched" not in tags
-    finally:
-        store.query, store.query_arrow = real_query, real_arrow
+    # on the instance, for this test alone (monkeypatch removes them again: others patch the class)
+    monkeypatch.setattr(store, "query", spy("query"))
+    monkeypatch.setattr(store, "query_arrow", spy("arrow"))
+    time.sleep(0.002)
+    store.insert("spans", rows_of(project.pk, second + third[1:]), tag="tests.fresh_spans.spans")
+    before = dict(fresh.stats)
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert fresh.stats["windows"] == before["windows"] + 1
+    assert not {"analytics.summarizer.touched", "analytics.summarizer.bound", "analytics.summarizer.spans"} & set(tags), tags
+    tags.clear()
+    time.sleep(0.002)
+    store.insert("spans", rows_of(project.pk, third[:1]), tag="tests.fresh_spans.spans")  # third's root, last
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert "analytics.summarizer.spans" in tags, "a trace that grows is read"
+    assert "analytics.summarizer.touched" not in tags
+    monkeypatch.undo()
     rows = {r["trace_id"]: r for r in store.query(
         "SELECT *, toUnixTimestamp64Nano(start_time) AS start_ns FROM traces FINAL WHERE project_id = {p:UInt64}",
         {"p": project.pk}, tag="tests.fresh_spans.latest").dicts()}
