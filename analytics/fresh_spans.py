@@ -18,7 +18,8 @@ and its stamp, and answers a run's window of arrivals from memory:
   had a summary (it grows) is still read from ``spans``: its earlier spans are not here.
 
 Only what is certain is answered. The window is served when every insert with a stamp in it was
-recorded: the buffer covers the stamps from its start (``since``) on, per project; an insert that
+recorded (every insert of the process goes through its one store, ``store.get_store()``, whose
+listener this is): the buffer covers the stamps from its start (``since``) on, per project; an insert that
 raised (its rows may be stored all the same), a statement that writes ``spans`` (``ALTER``,
 ``DELETE``, ``TRUNCATE``, ``INSERT … SELECT``; none is served while one runs) or a listener that
 failed make it start over from the clock, and a run whose watermark lies before that reads the
