@@ -206,12 +206,6 @@ class FreshSpans:
             while self._inserts and (self._rows > MAX_ROWS or self._oldest().stamp_ms < stamp_ms - MAX_AGE_MS):
                 self._evict_oldest()
 
-    def on_insert(self, table: str, rows, tag: str) -> None:
-        pass  # on_stored has it
-
-    def on_insert_failed(self, table: str, tag: str) -> None:
-        pass  # on_stored had it, while the insert still counted as running
-
     def on_command_start(self, sql: str, tag: str) -> None:
         if _WRITES_SPANS.search(sql):
             with self._lock:
@@ -315,17 +309,9 @@ def _next_ms() -> int:
 _EMPTY_FIELDS = [("project_id", pa.uint64()), ("trace_id", pa.string()), ("start_time", pa.timestamp("ns", "UTC"))]
 _EMPTY = pa.table({name: pa.array([], t) for name, t in _EMPTY_FIELDS})
 
-_FRESH_LOCK = threading.Lock()
-
-
 def fresh_for(store) -> FreshSpans | None:
     """The store's FreshSpans, registered as its write listener on first use (it serves arrivals
     stamped after that); None where the store is written by other processes too (a server)."""
     if store.kind != "embedded":
         return None
-    with _FRESH_LOCK:
-        fresh = getattr(store, "_fresh_spans", None)
-        if fresh is None:
-            fresh = store._fresh_spans = FreshSpans()
-            store.add_write_listener(fresh)
-        return fresh
+    return store.write_listener("analytics.fresh_spans", FreshSpans)

@@ -321,18 +321,9 @@ def _id_bytes(trace_ids) -> np.ndarray:
     return np.frombuffer(joined, dtype=np.uint8).reshape(-1, 32)
 
 
-_PRESENCE: dict[int, TracePresence] = {}
-_PRESENCE_LOCK = threading.Lock()
-
-
 def presence_for(store) -> TracePresence | None:
     """The store's TracePresence, registered as its write listener on first use; None where the
     store is written by other processes too (a ClickHouse server)."""
     if store.kind != "embedded":
         return None
-    with _PRESENCE_LOCK:
-        presence = getattr(store, "_trace_presence", None)
-        if presence is None:
-            presence = store._trace_presence = TracePresence(store)
-            store.add_write_listener(presence)
-        return presence
+    return store.write_listener("analytics.trace_presence", lambda: TracePresence(store))

@@ -111,6 +111,8 @@ class Store:
         # ``<name>_local`` (store.schema); reads and inserts use the canonical names unchanged.
         self.cluster = cluster or None
         self._write_listeners: list = []
+        self._listeners_by_key: dict[str, object] = {}
+        self._listeners_lock = threading.Lock()
 
     def add_write_listener(self, listener) -> None:
         """Tell ``listener`` of every write: ``on_insert(table, rows, tag)`` after an ``insert``
@@ -124,6 +126,17 @@ class Store:
         (``EmbeddedBackend.insert``): its rows as the Arrow table they were stored from and the
         ``ingested_at`` they got, or ``None`` when it raised (analytics.fresh_spans)."""
         self._write_listeners.append(listener)
+
+    def write_listener(self, key: str, make):
+        """The write listener registered under ``key``, made by ``make()`` and added
+        (``add_write_listener``) on first use: state a package derives from this store's tables
+        and keeps once per store (analytics.trace_presence, analytics.fresh_spans)."""
+        with self._listeners_lock:
+            listener = self._listeners_by_key.get(key)
+            if listener is None:
+                listener = self._listeners_by_key[key] = make()
+                self.add_write_listener(listener)
+            return listener
 
     def _tell(self, method: str, *args) -> None:
         for listener in self._write_listeners:
