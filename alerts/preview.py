@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from charts import figure, figure_dict, threshold_line
 from store import get_store
 
-from .latency import figures_sql, series_from_row, summaries_bring_up_to_date
+from .latency import figures_sql, series_from_row, summaries_bring_up_to_date, window_params
 from .metrics import _AGG_SQL, _RESOURCE_FIGURES, engine_series_of, rule_values, series_key, Series
 from .models import ENGINE_METRICS, GPU_METRICS, LATENCY_METRICS, PROCESS_METRICS, Comparator, Metric
 
@@ -82,7 +82,7 @@ def _latency_lines(rule, now: datetime) -> dict[str, list[tuple[int, float]]]:
     until_ns = int(now.timestamp() * 1000) * 1_000_000
     since_ns = until_ns - LATENCY_HOURS * 3600 * 1_000_000_000
     group_by = getattr(rule, "group_by", "") or ""
-    params = {"project_id": rule.project_id, "since_ns": since_ns, "until_ns": until_ns, "model": rule.model or ""}
+    params = window_params(project_id=rule.project_id, since_ns=since_ns, until_ns=until_ns, model=rule.model)
     if group_by:
         params.update(group_by=group_by, group_value=rule.group_value or "", service=rule.service or "")
     rows = get_store().query(figures_sql(bucket_seconds=step, grouped=bool(group_by)), params,

@@ -24,7 +24,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench import load_spans  # noqa: E402
-from bench.common import machine, process_cpu_seconds  # noqa: E402
+from bench.common import cpu_by_store_call, machine, process_cpu_seconds, table  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -32,6 +32,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rate", type=int, default=12_500, help="spans/s of the traffic loaded (default 12,500)")
     parser.add_argument("--seconds", type=int, default=300, help="seconds of traffic before now (default 300: the latency rules' window)")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also print the N functions with the most cumulative time in the last round (cProfile)")
     args = parser.parse_args(argv)
 
     load_spans._django()
@@ -54,6 +56,7 @@ def main(argv=None) -> int:
                     seed=3, now_ns=time.time_ns(), project_id=project.pk)
     summarizer.watermark_set(project_id=project.pk, job=summarizer.JOB, value=summarizer._clock_ns() // 1_000_000)
     traces = int(store.query("SELECT count() FROM traces", tag="bench.alert_round_cost.count").scalar())
+    by_call, _ = cpu_by_store_call(store)
     cpu, wall = [], []
     for i in range(args.rounds):
         c0, w0 = process_cpu_seconds(), time.perf_counter()
@@ -63,6 +66,13 @@ def main(argv=None) -> int:
         print(f"round {i + 1}/{args.rounds}: {cpu[-1]:,.0f} ms CPU, {wall[-1]:,.0f} ms wall, {report.rules} rules, "
               f"{report.queries} queries", file=sys.stderr, flush=True)
         time.sleep(1)
+    by_call = dict(by_call)  # the measured rounds' only
+    profiler = None
+    if args.profile:  # one more round, outside the figures (the profiler slows what it watches)
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.runcall(services.alerts_evaluate_round, deliver="none")
     store.close()
     every = float(settings.CELERY_BEAT_SCHEDULE["alerts-evaluate"]["schedule"])
     median = statistics.median(cpu)
@@ -73,6 +83,15 @@ def main(argv=None) -> int:
           f"{statistics.median(wall):,.0f} ms")
     print(f"one round every {every:g} s at {args.rate:,} spans/s: {median / every:,.0f} ms of CPU a second, "
           f"{median / every / args.rate * 1000:.1f} ms per 1,000 spans")
+    print(table(["part (store call tag)", "ms of CPU a round"],
+                [[tag, f"{seconds * 1000 / args.rounds:,.1f}"]
+                 for tag, seconds in sorted(by_call.items(), key=lambda kv: -kv[1]) if not tag.startswith("bench.")]))
+    print(f"outside store calls: {median - sum(by_call.values()) * 1000 / args.rounds:,.0f} ms a round "
+          "(Python: the metadata database, the rules, the state machine)")
+    if profiler is not None:
+        import pstats
+
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(args.profile)
     return 0
 
 

@@ -39,6 +39,29 @@ def process_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def cpu_by_store_call(store):
+    """Count the process's CPU seconds of every store call on ``store``'s backend by the call's tag
+    (an insert's line is ``insert <tag>`` and includes its statement's). Returns the live dict and
+    ``timed(name, fn, *args)``, which counts a caller's own part the same way."""
+    import collections
+
+    cpu: dict[str, float] = collections.defaultdict(float)
+    backend = store.backend
+    real_run, real_insert = backend._run, backend.insert
+
+    def timed(name, fn, *a, **k):
+        started = process_cpu_seconds()
+        try:
+            return fn(*a, **k)
+        finally:
+            cpu[name] += process_cpu_seconds() - started
+
+    backend._run = lambda sql, params, fmt, tag: timed(tag, real_run, sql, params, fmt, tag)
+    backend.insert = lambda table_, columns, types, rows, tag, *a, **k: timed(
+        f"insert {tag}", real_insert, table_, columns, types, rows, tag, *a, **k)
+    return cpu, timed
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -17,7 +17,6 @@ checkout, alternately: this shared machine drifts by 10-20 % between runs.
 from __future__ import annotations
 
 import argparse
-import collections
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench import load_spans  # noqa: E402
-from bench.common import machine, process_cpu_seconds, table  # noqa: E402
+from bench.common import cpu_by_store_call, machine, process_cpu_seconds, table  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -45,20 +44,8 @@ def main(argv=None) -> int:
 
     store, _ = load_spans.fresh_batch(1000, prefix="tracedash-summary-run-", tag="bench.summary_run.spans")
     set_store(store)
-    cpu: dict[str, float] = collections.defaultdict(float)
-    backend = store.backend
-    real_run, real_insert, real_figures = backend._run, backend.insert, summary_arrays.traces_from_spans
-
-    def timed(name, fn, *a, **k):
-        started = process_cpu_seconds()
-        try:
-            return fn(*a, **k)
-        finally:
-            cpu[name] += process_cpu_seconds() - started
-
-    backend._run = lambda sql, params, fmt, tag: timed(tag, real_run, sql, params, fmt, tag)
-    backend.insert = lambda table_, columns, types, rows, tag, *a, **k: timed(
-        f"insert {tag}", real_insert, table_, columns, types, rows, tag, *a, **k)
+    cpu, timed = cpu_by_store_call(store)
+    real_figures = summary_arrays.traces_from_spans
     summary_arrays.traces_from_spans = lambda *a, **k: timed("numpy: traces_from_spans", real_figures, *a, **k)
 
     project_id = load_spans.PROJECT_ID

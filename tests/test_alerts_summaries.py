@@ -46,3 +46,36 @@ def test_latency_alerts_summarise_only_when_the_periodic_summariser_is_behind(pr
     insert_spans(project.pk, llm_trace(start_ns=time.time_ns() - 60 * S))
     time.sleep(0.01)
     assert requests_seen() == 2 and len(runs) == 2
+
+
+def test_a_request_whose_start_moved_counts_once_in_the_window_of_its_latest_start(project_with_key):
+    """The latency rules read a window's requests as the panels do (``traces_by_start``, FINAL): a
+    summary whose start moved (a longer root arrived later) is counted once, under its latest start
+    only, never also under the start it had before (retired by ``starts_retire``)."""
+    from store import get_store
+    from tests.explorer_seed import span_rows, summary_row
+
+    project, _ = project_with_key()
+    start = (time.time_ns() - 3 * 3600 * S) // (60 * S) * 60 * S
+    rows = span_rows(project_id=project.pk, spans=llm_trace(start_ns=start + 40 * 60 * S))
+    latest = summary_row(project_id=project.pk, rows=rows, version=2)
+    stale = dict(latest, version=1, start_time=latest["start_time"] - 30 * 60 * S)  # 10 min past `start`
+    get_store().insert("traces", [stale], tag="tests.alerts_summaries.moved")
+    get_store().insert("traces", [latest], tag="tests.alerts_summaries.moved")
+    summarizer.starts_retire(project_id=project.pk, moved=[(latest["trace_id"], stale["start_time"])], version=2)
+
+    def requests(until_min: int, window_min: int) -> int:
+        now = datetime.fromtimestamp((start + until_min * 60 * S) / S, tz=timezone.utc)
+        series = latency_fetch(project_id=project.pk, window_seconds=window_min * 60, now=now)
+        return sum(round(s.values["request_rate"] * window_min * 60) for s in series)
+
+    assert requests(60, 60) == 1  # both starts inside: once
+    assert requests(30, 30) == 0  # only the retired start inside: not counted
+    assert requests(60, 30) == 1
+    # (since, until]: a request starting exactly at the window's end counts, at its start it does not
+    at = (latest["start_time"] - start) / (60 * S)
+    now = datetime.fromtimestamp(latest["start_time"] / S, tz=timezone.utc)
+    assert at == int(at)
+    assert [round(s.values["request_rate"] * 60) for s in latency_fetch(project_id=project.pk, window_seconds=60, now=now)] == [1]
+    later = datetime.fromtimestamp((latest["start_time"] + 60 * S) / S, tz=timezone.utc)
+    assert latency_fetch(project_id=project.pk, window_seconds=60, now=later) == []
