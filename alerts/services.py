@@ -199,8 +199,23 @@ def _evaluate(now: datetime, report: RoundReport, project_ids: list[int] | None)
     for rule in rules:
         by_fetch[_fetch_key(rule)].append(rule)
     fetched: dict[tuple, list] = {}
+    sampled: dict[tuple[int, str], int] = {}
+    for project_id, source, window, *_ in by_fetch:
+        if source in metrics.SAMPLED_SOURCES:
+            sampled[(project_id, source)] = max(window, sampled.get((project_id, source), 0))
+    try:
+        newest = metrics.newest_samples(sampled, now=now)
+        report.queries += bool(sampled)
+    except Exception as exc:  # noqa: BLE001 - then every source is read, as without the probe
+        log.warning("alert round: the newest samples could not be read (%s); reading every source", exc)
+        newest = None
+    now_ms = int(now.timestamp() * 1000)
     for key in by_fetch:
         project_id, source, window, model, group_by, group_value, service = key
+        if newest is not None and source in metrics.SAMPLED_SOURCES \
+                and newest.get((project_id, source), -1) <= now_ms - window * 1000:
+            fetched[key] = []  # no sample in the window: no series (what the read would return)
+            continue
         try:
             fetched[key] = metrics.fetch(project_id=project_id, source=source, window_seconds=window, now=now, model=model,
                                          group_by=group_by, group_value=group_value, service=service)

@@ -205,3 +205,28 @@ def test_the_default_engine_ttft_rule_fires_after_five_minutes_and_resolves(proj
     assert seen[855] == "resolved" and seen[945] == "resolved"
     assert _history(rule, "engine=vllm,target=http://gpu-1:8000/metrics,model=llama") == [
         ("inactive", "pending"), ("pending", "firing"), ("firing", "resolved")]
+
+
+def test_a_round_reads_a_sampled_source_only_when_its_window_holds_a_sample(project, monkeypatch):
+    """One probe per round finds each project's newest engine / resource / process sample; a source
+    without a sample in a rule's window is not read (its read would find no series), one with a
+    sample at the window's last millisecond is."""
+    import alerts.metrics as metrics
+
+    rule = _default(project, "engine_kv_cache_percent")  # over 90 % for 60 s
+    reads = []
+    real = metrics.engines_fetch
+    monkeypatch.setattr(metrics, "engines_fetch", lambda **kw: reads.append(kw["window_seconds"]) or real(**kw))
+
+    report = evaluate(100)
+    assert reads == [] and report.errors == {} and states(rule) == {}  # no engine sample at all: not read
+    insert([kv(project.pk, 40, 95.0)])
+    report = evaluate(100)  # the sample lies exactly at the window's start, (40, 100]: outside
+    assert reads == [] and report.errors == {}
+    report = evaluate(99.999)  # (39.999, 99.999]: now the sample is in the window's first millisecond
+    assert reads == [60] and report.errors == {}
+    assert set(states(rule)) == {KEY1}
+    # The probe failing leaves every source read, as without it.
+    monkeypatch.setattr(metrics, "newest_samples", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("down")))
+    evaluate(200)
+    assert reads == [60, 60]
