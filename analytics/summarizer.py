@@ -38,7 +38,7 @@ from ingest.services import traces_group
 from store import get_store
 
 from .prices import prices_for_project
-from analytics import attribute_index, fresh_spans, summary_arrays, summary_sql, trace_presence
+from analytics import attribute_index, fresh_spans, summary_arrays, summary_sql, trace_presence, watermarks
 
 from analytics.trace_math import PHASES, Tree, trace_summarize
 
@@ -62,23 +62,35 @@ SUMMARIZE_LEASE = "traces-summarize"  # the per-project lease name of a summaris
 
 
 def _clock_ns() -> int:
-    """ClickHouse's clock (the one that stamps ``ingested_at``), in unix ns."""
-    return int(get_store().query("SELECT toUnixTimestamp64Nano(now64(9)) AS now_ns", tag="analytics.summarizer.clock").scalar())
+    """ClickHouse's clock (the one that stamps ``ingested_at``), in unix ns: on the embedded store,
+    this process's own (chdb runs in it and reads the same system clock; ``EmbeddedBackend.insert``
+    stamps ``ingested_at`` from it), else the server's, read."""
+    store = get_store()
+    if store.kind == "embedded":
+        return time.time_ns()
+    return int(store.query("SELECT toUnixTimestamp64Nano(now64(9)) AS now_ns", tag="analytics.summarizer.clock").scalar())
 
 
 def watermark_get(*, project_id: int, job: str) -> int:
-    """Where ``job`` got to for the project (unix ms of the ClickHouse clock; 0: never ran)."""
-    return int(get_store().query(
-        "SELECT max(value) FROM task_watermarks WHERE project_id = {project_id:UInt64} AND job = {job:String}",
-        {"project_id": project_id, "job": job}, tag="analytics.summarizer.watermark_get",
-    ).scalar() or 0)
+    """Where ``job`` got to for the project (unix ms of the ClickHouse clock; 0: never ran); from
+    memory where the store is this process's alone (analytics.watermarks)."""
+    store = get_store()
+    known = watermarks.known_for(store)
+    if known is not None:
+        return known.get(store, project_id, job, "analytics.summarizer.watermark_get")
+    return int(store.query(watermarks.READ_SQL, {"project_id": project_id, "job": job},
+                           tag="analytics.summarizer.watermark_get").scalar() or 0)
 
 
 def summaries_fresh(*, project_id: int, within_seconds: float) -> bool:
     """Whether the project's summaries were brought up to the ClickHouse clock less than
-    ``within_seconds`` ago (one small read): a reader that needs them current can skip its own
-    summariser run while the periodic one keeps up."""
-    return bool(get_store().query(
+    ``within_seconds`` ago (one small read, or none on the embedded store): a reader that needs
+    them current can skip its own summariser run while the periodic one keeps up."""
+    store = get_store()
+    if watermarks.known_for(store) is not None:
+        value = watermark_get(project_id=project_id, job=JOB)
+        return value > 0 and _clock_ns() // 1_000_000 - value <= int(within_seconds * 1000)
+    return bool(store.query(
         "SELECT toUnixTimestamp64Milli(now64(3)) - max(value) <= {within_ms:Int64} FROM task_watermarks"
         " WHERE project_id = {project_id:UInt64} AND job = {job:String}",
         {"project_id": project_id, "job": JOB, "within_ms": int(within_seconds * 1000)},
