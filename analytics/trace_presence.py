@@ -146,9 +146,13 @@ class TracePresence:
     def on_insert(self, table: str, rows, tag: str) -> None:
         if table != TABLE:
             return
-        by_project: dict[int, list[str]] = {}
-        for project_id, trace_id in zip(column_values(rows, "project_id"), column_values(rows, "trace_id")):
-            by_project.setdefault(int(project_id), []).append(str(trace_id))
+        projects, trace_ids = column_values(rows, "project_id"), column_values(rows, "trace_id")
+        if isinstance(projects, np.ndarray) and len(projects) and (projects == projects[0]).all():
+            by_project = {int(projects[0]): trace_ids}  # one project's summaries (the summariser's writes)
+        else:
+            by_project: dict[int, list[str]] = {}
+            for project_id, trace_id in zip(projects, trace_ids):
+                by_project.setdefault(int(project_id), []).append(str(trace_id))
         with self._lock:
             for project_id, ids in by_project.items():
                 self._filter_add(project_id, ids)
@@ -317,8 +321,14 @@ def _id_bytes(trace_ids) -> np.ndarray:
     hashes matter)."""
     if isinstance(trace_ids, np.ndarray):
         return trace_ids
-    joined = b"".join(t.encode()[:32].ljust(32, b"0") for t in trace_ids)
-    return np.frombuffer(joined, dtype=np.uint8).reshape(-1, 32)
+    try:
+        # numpy encodes (ASCII), cuts at 32 and pads with NUL in C, ~10x faster than a loop
+        data = np.array(trace_ids, dtype="S32").view(np.uint8).reshape(-1, 32).copy()
+    except UnicodeEncodeError:  # not ASCII (never a valid id): the loop, as UTF-8
+        joined = b"".join(t.encode()[:32].ljust(32, b"0") for t in trace_ids)
+        return np.frombuffer(joined, dtype=np.uint8).reshape(-1, 32)
+    data[data == 0] = ord("0")  # padded with "0", as the loop pads (a valid id holds no NUL)
+    return data
 
 
 def presence_for(store) -> TracePresence | None:

@@ -139,12 +139,13 @@ def main(argv=None) -> int:
         spent = sum(calls)
         if name in names:
             beat_total += spent
-        median = f"{statistics.median(calls) * 1000:,.1f}" if calls and name != "between" else "—"
+        median = (f"{statistics.median(calls) * 1000:,.1f} ({min(calls) * 1000:,.0f}–{max(calls) * 1000:,.0f})"
+                  if calls and name != "between" else "—")
         rows.append([name, f"{len(calls):,}", median, f"{spent * 1000 / seconds:,.1f}", f"{spent * 1e6 / total:,.2f}",
                      "—" if name == "insert" else f"{spent / base:.3f}"])
     rows.append(["the beat, all entries", "", "", f"{beat_total * 1000 / seconds:,.1f}", f"{beat_total * 1e6 / total:,.2f}",
                  f"{beat_total / base:.3f}"])
-    print(table(["part", "runs", "ms CPU a run (median)", "ms CPU a second", "ms CPU per 1,000 spans", "/ inserts"], rows))
+    print(table(["part", "runs", "ms CPU a run: median (min–max)", "ms CPU a second", "ms CPU per 1,000 spans", "/ inserts"], rows))
     if summarised != len(trace_ids):
         print(f"FAIL: {len(trace_ids) - summarised:,} traces were not summarised", file=sys.stderr)
         return 1
