@@ -18,7 +18,7 @@ import threading
 from celery import shared_task
 from django.conf import settings
 
-from ingest.services import engine_samples_ingest, resource_samples_ingest
+from ingest.services import ENGINE_SAMPLES, RESOURCE_SAMPLES, samples_ingest
 from projects.models import Project
 
 from .sampler import ResourceSampler, sample_payload
@@ -82,25 +82,23 @@ def local_scraper() -> EngineScraper:
 
 
 def resource_samples_record(*, rows: list[dict], project_ids: list[int]) -> int:
-    """Sampler rows, ingested into each project as an agent's samples are; the rows stored."""
-    samples = [sample_payload(row) for row in rows]
-    count = 0
-    for pid in project_ids:
-        stored, rejected = resource_samples_ingest(project_id=pid, samples=samples)
-        count += len(stored)
-        if rejected:
-            log.warning("the local sampler's samples were rejected for project %s: %s", pid, rejected)
-    return count
+    """Sampler rows, ingested into each project as an agent's samples are (one insert for all); the
+    rows stored."""
+    return _record(RESOURCE_SAMPLES, [sample_payload(row) for row in rows], project_ids, "the local sampler's samples")
 
 
 def engine_samples_record(*, samples: list[dict], project_ids: list[int]) -> int:
-    """Scraped engine samples, ingested into each project as an agent's are; the rows stored."""
+    """Scraped engine samples, ingested into each project as an agent's are (one insert for all);
+    the rows stored."""
+    return _record(ENGINE_SAMPLES, samples, project_ids, "scraped engine samples")
+
+
+def _record(kind, samples: list[dict], project_ids: list[int], what: str) -> int:
     count = 0
-    for pid in project_ids:
-        stored, rejected = engine_samples_ingest(project_id=pid, samples=samples)
+    for pid, (stored, rejected) in samples_ingest(kind, project_ids=project_ids, samples=samples).items():
         count += len(stored)
         if rejected:
-            log.warning("scraped engine samples were rejected for project %s: %s", pid, rejected[:3])
+            log.warning("%s were rejected for project %s: %s", what, pid, rejected[:3])
     return count
 
 

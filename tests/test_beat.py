@@ -127,3 +127,29 @@ def test_sampler_rows_include_gpus_with_missing_figures_left_missing():
     assert gpu["gpu_memory_used"] / gpu["gpu_memory_total"] == pytest.approx(0.875)
     assert gpu["process_pids"] == [4242] and gpu["process_gpu_memory"] == [60 * 2**30]
     assert get_store().insert("resource_samples", [{**r, "project_id": 1} for r in rows], tag="tests.samples") == 2
+
+
+def test_the_local_samples_of_every_project_go_in_one_insert(project_with_key):
+    """The embedded sampler records the host for each project of the installation: one insert for
+    them all (each insert has a fixed cost), every project with its own rows."""
+    from agent.tasks import sample_local_host
+    from ingest.writer import get_writer
+
+    first, _ = project_with_key()
+    second, _ = project_with_key()
+    writer = get_writer()
+    inserts = []
+    real = type(writer)._store_or_spool
+
+    def counting(self, table_name, token, rows):
+        inserts.append((table_name, sorted({int(r["project_id"]) for r in rows})))
+        return real(self, table_name, token, rows)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(writer), "_store_or_spool", counting)
+        assert sample_local_host() >= 2
+    mine = [(t, p) for t, p in inserts if first.pk in p or second.pk in p]
+    assert len(mine) == 1 and mine[0][0] == "resource_samples" and {first.pk, second.pk} <= set(mine[0][1])
+    for project in (first, second):
+        assert get_store().query("SELECT count() FROM resource_samples WHERE project_id = {p:UInt64}",
+                                 {"p": project.pk}, tag="tests.samples").scalar() == 1
