@@ -40,6 +40,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from config.db_retry import retry_locked
+
 from . import metrics, notifiers
 from .models import (AlertEvent, AlertRule, AlertSeries, DeliveryAttempt, Notification,
                      NotificationChannel, NotificationGroup, Silence)
@@ -138,7 +140,6 @@ def alerts_evaluate_round(*, now: datetime | None = None, deliver: str = "queue"
     holder = holder or f"{_HOLDER}:{threading.get_ident()}:{uuid.uuid4().hex[:6]}"
     report = RoundReport()
     if project_ids is None:
-        from config.db_retry import retry_locked
         from projects.models import Project
 
         # A read can meet SQLite's table lock too where the database is shared-cache (the tests'
@@ -568,9 +569,9 @@ def deliveries_wait(*, timeout: float = 30.0) -> None:
 
 
 def _due_ids(now: datetime) -> list[int]:
-    return list(Notification.objects.filter(
+    return retry_locked(lambda: list(Notification.objects.filter(
         Q(status=Notification.Status.PENDING, next_attempt_at__lte=now)
-        | Q(status=Notification.Status.SENDING, claimed_until__lt=now)).order_by("next_attempt_at").values_list("pk", flat=True)[:500])
+        | Q(status=Notification.Status.SENDING, claimed_until__lt=now)).order_by("next_attempt_at").values_list("pk", flat=True)[:500]))
 
 
 def notifications_enqueue_due(*, now: datetime | None = None) -> int:
@@ -614,34 +615,40 @@ def notification_deliver(*, notification_id: int, now: datetime | None = None) -
 
     Returns True (sent), False (failed: retried later or given up), None (not ours to send)."""
     now = now or timezone.now()
-    claimed = Notification.objects.filter(pk=notification_id).filter(
+    # Concurrent rounds (several threads of the embedded server, or workers) claim the same due
+    # notifications: the conditional UPDATE lets one win. On SQLite a writer's table lock can answer
+    # the others "locked" (the tests' shared-cache database ignores the busy timeout): try again.
+    claimed = retry_locked(lambda: Notification.objects.filter(pk=notification_id).filter(
         Q(status=Notification.Status.PENDING, next_attempt_at__lte=now)
         | Q(status=Notification.Status.SENDING, claimed_until__lt=now)).update(
-        status=Notification.Status.SENDING, claimed_until=now + timedelta(seconds=CLAIM_SECONDS))
+        status=Notification.Status.SENDING, claimed_until=now + timedelta(seconds=CLAIM_SECONDS)))
     if claimed != 1:
         return None
-    notification = Notification.objects.select_related("channel").get(pk=notification_id)
+    notification = retry_locked(lambda: Notification.objects.select_related("channel").get(pk=notification_id))
     started = time.perf_counter()
     result = notifiers.send(notification.channel, notification.payload)
     duration_ms = (time.perf_counter() - started) * 1000
     attempts = notification.attempts + 1
-    DeliveryAttempt.objects.create(notification=notification, at=timezone.now(), ok=result.ok,
-                                   status_code=result.status_code, error=result.error[:2000], duration_ms=duration_ms)
+    # Sent (or tried): what follows must be written, or the claim's expiry sends it again.
+    retry_locked(lambda: DeliveryAttempt.objects.create(
+        notification=notification, at=timezone.now(), ok=result.ok, status_code=result.status_code,
+        error=result.error[:2000], duration_ms=duration_ms))
     if result.ok:
-        Notification.objects.filter(pk=notification_id).update(status=Notification.Status.SENT, attempts=attempts,
-                                                               sent_at=timezone.now(), last_error="", claimed_until=None)
+        retry_locked(lambda: Notification.objects.filter(pk=notification_id).update(
+            status=Notification.Status.SENT, attempts=attempts, sent_at=timezone.now(), last_error="",
+            claimed_until=None))
         return True
     if not result.retryable or attempts >= MAX_ATTEMPTS:
-        Notification.objects.filter(pk=notification_id).update(status=Notification.Status.FAILED, attempts=attempts,
-                                                               last_error=result.error[:2000], claimed_until=None)
+        retry_locked(lambda: Notification.objects.filter(pk=notification_id).update(
+            status=Notification.Status.FAILED, attempts=attempts, last_error=result.error[:2000], claimed_until=None))
         log.error("alert notification %s to %s failed for good: %s", notification_id, notification.channel, result.error)
         return False
     delay = BACKOFF_SECONDS[min(attempts - 1, len(BACKOFF_SECONDS) - 1)]
     if result.retry_after is not None:
         delay = max(delay, min(result.retry_after, 3600))
-    Notification.objects.filter(pk=notification_id).update(
+    retry_locked(lambda: Notification.objects.filter(pk=notification_id).update(
         status=Notification.Status.PENDING, attempts=attempts, last_error=result.error[:2000], claimed_until=None,
-        next_attempt_at=now + timedelta(seconds=delay))
+        next_attempt_at=now + timedelta(seconds=delay)))
     log.warning("alert notification %s to %s failed (attempt %d, retry in %ds): %s", notification_id,
                 notification.channel, attempts, delay, result.error)
     return False

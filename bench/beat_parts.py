@@ -41,6 +41,10 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=1000, help="rows per insert (default 1,000)")
     parser.add_argument("--skip", default="", help="comma-separated beat entries not to run ('all': none runs, the "
                         "inserts' own figures)")
+    parser.add_argument("--arrival", choices=("whole", "ends"), default="whole",
+                        help="whole: each trace's spans arrive together, at its start (default); ends: each span "
+                             "arrives when it ends, as SDKs and OpenTelemetry exporters send them (the children "
+                             "before their root, a trace over its seconds)")
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args(argv)
     if args.rate <= 0 or args.duration <= 0 or args.batch <= 0:
@@ -80,11 +84,25 @@ def main(argv=None) -> int:
         rows = gen.trace(generated / total)[: total - generated]
         pending.extend(rows)
         generated += len(rows)
-        if len(pending) >= args.batch or generated >= total:
+        if args.arrival == "whole" and (len(pending) >= args.batch or generated >= total):
             batches.append(pending)
             pending = []
+    if args.arrival == "ends":  # in the order the spans end, at the schedule's pace
+        pending.sort(key=lambda row: row["start_time"] + row["duration_ns"])
+        batches = [pending[i:i + args.batch] for i in range(0, len(pending), args.batch)]
     trace_ids = {row["trace_id"] for batch in batches for row in batch}
 
+    class SummariesWritten:  # a write listener: the summaries written (a trace that grows is written again)
+        rows = 0
+
+        def on_insert(self, table, rows, tag):
+            if table == "traces":
+                SummariesWritten.rows += len(rows)
+
+        def reset(self):
+            pass
+
+    store.add_write_listener(SummariesWritten())
     cpu = {name: [] for name in ["insert", *names, "between"]}  # CPU seconds of each call
     behind = 0.0
 
@@ -129,10 +147,12 @@ def main(argv=None) -> int:
     seconds = args.duration
     base = sum(cpu["insert"])
     print(", ".join(f"{k} {v}" for k, v in machine().items()))
-    print(f"{total:,} spans ({len(trace_ids):,} traces) in {len(batches):,} inserts of {args.batch:,} rows at "
+    print(f"{total:,} spans ({len(trace_ids):,} traces, arriving {args.arrival}) in {len(batches):,} inserts of {args.batch:,} rows at "
           f"{args.rate:,} spans/s for {seconds:g} s (wall {wall:,.1f} s; at most {behind:.2f} s behind schedule); "
           + (f"{summarised:,} of {len(trace_ids):,} traces summarised" if "traces-summarize" in names
              else "the summariser not run") + (f"; not run: {', '.join(sorted(skip))}" if skip else ""))
+    if "traces-summarize" in names:
+        print(f"summaries written: {SummariesWritten.rows:,}, {SummariesWritten.rows / max(len(trace_ids), 1):.2f} a trace")
     rows = []
     beat_total = 0.0
     for name, calls in cpu.items():
