@@ -31,7 +31,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench import load_spans  # noqa: E402
-from bench.common import machine, process_cpu_seconds, table  # noqa: E402
+from bench.common import cpu_by_store_call, machine, process_cpu_seconds, table  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -103,6 +103,7 @@ def main(argv=None) -> int:
             pass
 
     store.add_write_listener(SummariesWritten())
+    by_call, _ = cpu_by_store_call(store)
     cpu = {name: [] for name in ["insert", *names, "between"]}  # CPU seconds of each call
     behind = 0.0
 
@@ -134,6 +135,7 @@ def main(argv=None) -> int:
         if (i + 1) % max(1, len(batches) // 10) == 0:
             print(f"{i + 1:,}/{len(batches):,} inserts, {time.monotonic() - wall0:,.0f} s", file=sys.stderr, flush=True)
     wall = time.monotonic() - wall0
+    by_call = {tag: seconds for tag, seconds in by_call.items() if "bench.beat_parts" not in tag}
     # What is left to summarise (the spans of the last runs): once more, outside the figures.
     from analytics import summarizer
 
@@ -166,6 +168,10 @@ def main(argv=None) -> int:
     rows.append(["the beat, all entries", "", "", f"{beat_total * 1000 / seconds:,.1f}", f"{beat_total * 1e6 / total:,.2f}",
                  f"{beat_total / base:.3f}"])
     print(table(["part", "runs", "ms CPU a run: median (min–max)", "ms CPU a second", "ms CPU per 1,000 spans", "/ inserts"], rows))
+    print("the beat's store calls, ms of CPU a second (an insert's line includes its statement's): " + ", ".join(
+        f"{tag.replace('analytics.', '')} {seconds * 1000 / seconds_:,.1f}"
+        for tag, seconds in sorted(by_call.items(), key=lambda kv: -kv[1])[:10]
+        for seconds_ in [args.duration]))
     if summarised != len(trace_ids):
         print(f"FAIL: {len(trace_ids) - summarised:,} traces were not summarised", file=sys.stderr)
         return 1
