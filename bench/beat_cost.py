@@ -88,16 +88,7 @@ def child(args) -> dict:
     t0 = time.time_ns() + 2_000_000_000  # the schedule starts once every span is generated (below)
     gen = load_spans.Generator(seed=args.seed, start_ns=t0, end_ns=t0 + int(args.duration * 1e9),
                                traces=max(1, total // 8), project_id=PROJECT_ID)
-    batches: list[list[dict]] = []
-    pending: list[dict] = []
-    generated = 0
-    while generated < total:
-        rows = gen.trace(generated / total)[: total - generated]
-        pending.extend(rows)
-        generated += len(rows)
-        if len(pending) >= args.batch or generated >= total:
-            batches.append(pending)
-            pending = []
+    batches = load_spans.arrival_batches(gen, total, args.batch)
     trace_ids = {row["trace_id"] for batch in batches for row in batch}
 
     stop = threading.Event()

@@ -77,19 +77,7 @@ def main(argv=None) -> int:
     t0 = time.time_ns() + 2_000_000_000
     gen = load_spans.Generator(seed=args.seed, start_ns=t0, end_ns=t0 + int(args.duration * 1e9),
                                traces=max(1, total // 8), project_id=project.pk)
-    batches: list[list[dict]] = []
-    pending: list[dict] = []
-    generated = 0
-    while generated < total:
-        rows = gen.trace(generated / total)[: total - generated]
-        pending.extend(rows)
-        generated += len(rows)
-        if args.arrival == "whole" and (len(pending) >= args.batch or generated >= total):
-            batches.append(pending)
-            pending = []
-    if args.arrival == "ends":  # in the order the spans end, at the schedule's pace
-        pending.sort(key=lambda row: row["start_time"] + row["duration_ns"])
-        batches = [pending[i:i + args.batch] for i in range(0, len(pending), args.batch)]
+    batches = load_spans.arrival_batches(gen, total, args.batch, ends=args.arrival == "ends")
     trace_ids = {row["trace_id"] for batch in batches for row in batch}
 
     class SummariesWritten:  # a write listener: the summaries written (a trace that grows is written again)
@@ -97,12 +85,13 @@ def main(argv=None) -> int:
 
         def on_insert(self, table, rows, tag):
             if table == "traces":
-                SummariesWritten.rows += len(rows)
+                self.rows += len(rows)
 
         def reset(self):
             pass
 
-    store.add_write_listener(SummariesWritten())
+    written = SummariesWritten()
+    store.add_write_listener(written)
     by_call, _ = cpu_by_store_call(store)
     cpu = {name: [] for name in ["insert", *names, "between"]}  # CPU seconds of each call
     behind = 0.0
@@ -154,7 +143,7 @@ def main(argv=None) -> int:
           + (f"{summarised:,} of {len(trace_ids):,} traces summarised" if "traces-summarize" in names
              else "the summariser not run") + (f"; not run: {', '.join(sorted(skip))}" if skip else ""))
     if "traces-summarize" in names:
-        print(f"summaries written: {SummariesWritten.rows:,}, {SummariesWritten.rows / max(len(trace_ids), 1):.2f} a trace")
+        print(f"summaries written: {written.rows:,}, {written.rows / max(len(trace_ids), 1):.2f} a trace")
     rows = []
     beat_total = 0.0
     for name, calls in cpu.items():
@@ -169,9 +158,8 @@ def main(argv=None) -> int:
                  f"{beat_total / base:.3f}"])
     print(table(["part", "runs", "ms CPU a run: median (min–max)", "ms CPU a second", "ms CPU per 1,000 spans", "/ inserts"], rows))
     print("the beat's store calls, ms of CPU a second (an insert's line includes its statement's): " + ", ".join(
-        f"{tag.replace('analytics.', '')} {seconds * 1000 / seconds_:,.1f}"
-        for tag, seconds in sorted(by_call.items(), key=lambda kv: -kv[1])[:10]
-        for seconds_ in [args.duration]))
+        f"{tag.replace('analytics.', '')} {spent * 1000 / seconds:,.1f}"
+        for tag, spent in sorted(by_call.items(), key=lambda kv: -kv[1])[:10]))
     if summarised != len(trace_ids):
         print(f"FAIL: {len(trace_ids) - summarised:,} traces were not summarised", file=sys.stderr)
         return 1

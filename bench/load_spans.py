@@ -219,6 +219,27 @@ def open_store(data_dir: Path) -> Store:
     return store
 
 
+def arrival_batches(gen: Generator, total: int, batch: int, *, ends: bool = False) -> list[list[dict]]:
+    """``total`` spans of ``gen``'s traces in inserts of ``batch`` rows, in arrival order: whole traces
+    in the order they start (a batch ends after the trace that fills it), or, with ``ends``, each
+    span on its own in the order the spans end (as SDKs and OpenTelemetry exporters send them: the
+    children before their root)."""
+    batches: list[list[dict]] = []
+    pending: list[dict] = []
+    generated = 0
+    while generated < total:
+        rows = gen.trace(generated / total)[: total - generated]
+        pending.extend(rows)
+        generated += len(rows)
+        if not ends and (len(pending) >= batch or generated >= total):
+            batches.append(pending)
+            pending = []
+    if ends:
+        pending.sort(key=lambda row: row["start_time"] + row["duration_ns"])
+        batches = [pending[i:i + batch] for i in range(0, len(pending), batch)]
+    return batches
+
+
 def fresh_batch(size: int, *, prefix: str, tag: str) -> tuple[Store, list[dict]]:
     """A fresh store holding ``size`` new spans (whole traces, ~8.5 spans each, starting over the
     last 2 s) inserted 1,000 rows at a time, as the ingest writer stores them under load: the batch
