@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from analytics.summarizer import trace_row
+from analytics.summarizer import starts_retire, trace_row
 from ingest.schemas import Limits, parse_span
 from store import get_store
 
@@ -23,6 +23,18 @@ def summary_row(*, project_id: int, rows: list[dict], version: int | None = None
     spans = [{**row, "start_ns": row["start_time"]} for row in rows]
     return trace_row(project_id=project_id, trace_id=rows[0]["trace_id"], spans=spans, prices=prices,
                      version=version if version is not None else time.time_ns())
+
+
+def summary_moved(*, project_id: int, rows: list[dict], earlier_ns: int, tag: str) -> dict:
+    """A trace's summaries as the summariser leaves one whose start moved: an older version starting
+    ``earlier_ns`` before the latest (its old start), the latest one from ``rows`` (version 2), and the
+    old start retired in ``traces_by_start`` (``starts_retire``). Returns the latest."""
+    latest = summary_row(project_id=project_id, rows=rows, version=2)
+    stale = dict(latest, version=1, start_time=latest["start_time"] - earlier_ns)
+    get_store().insert("traces", [stale], tag=tag)
+    get_store().insert("traces", [latest], tag=tag)
+    starts_retire(project_id=project_id, moved=[(latest["trace_id"], stale["start_time"])], version=2)
+    return latest
 
 
 def seed_traces(*, project_id: int, traces: list[list[dict]], summarise: bool = True) -> list[str]:

@@ -52,17 +52,13 @@ def test_a_request_whose_start_moved_counts_once_in_the_window_of_its_latest_sta
     """The latency rules read a window's requests as the panels do (``traces_by_start``, FINAL): a
     summary whose start moved (a longer root arrived later) is counted once, under its latest start
     only, never also under the start it had before (retired by ``starts_retire``)."""
-    from store import get_store
-    from tests.explorer_seed import span_rows, summary_row
+    from tests.explorer_seed import span_rows, summary_moved
 
     project, _ = project_with_key()
     start = (time.time_ns() - 3 * 3600 * S) // (60 * S) * 60 * S
     rows = span_rows(project_id=project.pk, spans=llm_trace(start_ns=start + 40 * 60 * S))
-    latest = summary_row(project_id=project.pk, rows=rows, version=2)
-    stale = dict(latest, version=1, start_time=latest["start_time"] - 30 * 60 * S)  # 10 min past `start`
-    get_store().insert("traces", [stale], tag="tests.alerts_summaries.moved")
-    get_store().insert("traces", [latest], tag="tests.alerts_summaries.moved")
-    summarizer.starts_retire(project_id=project.pk, moved=[(latest["trace_id"], stale["start_time"])], version=2)
+    # the old start 10 min past `start`, retired
+    latest = summary_moved(project_id=project.pk, rows=rows, earlier_ns=30 * 60 * S, tag="tests.alerts_summaries.moved")
 
     def requests(until_min: int, window_min: int) -> int:
         now = datetime.fromtimestamp((start + until_min * 60 * S) / S, tz=timezone.utc)

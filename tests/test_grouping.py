@@ -232,9 +232,8 @@ def test_pages_say_a_bad_group_parameter_and_stay_ungrouped(client, seeded):
 def test_a_summary_whose_start_moved_counts_once_under_its_latest_start(project_with_key):
     """``traces_by_start`` keeps a summary under each start it had (a longer root arrived later):
     a grouped read counts the trace once, in the window of its latest summary's start only."""
-    from analytics import summarizer
     from store import get_store
-    from tests.explorer_seed import span_rows, summary_row
+    from tests.explorer_seed import span_rows, summary_moved
 
     project, _ = project_with_key()
     start = (time.time_ns() - 3 * 3600 * NS) // (60 * NS) * 60 * NS
@@ -242,12 +241,8 @@ def test_a_summary_whose_start_moved_counts_once_under_its_latest_start(project_
     spans[0]["attributes"] = {"user.tier": "pro"}
     rows = span_rows(project_id=project.pk, spans=spans)
     get_store().insert("spans", rows, tag="tests.grouping.moved")
-    latest = summary_row(project_id=project.pk, rows=rows, version=2)
-    stale = dict(latest, version=1, start_time=latest["start_time"] - 30 * 60 * NS)  # 10 min past `start`
-    get_store().insert("traces", [stale], tag="tests.grouping.moved")
-    # as the summariser writes a summary that moved: the new row, and the old start retired
-    get_store().insert("traces", [latest], tag="tests.grouping.moved")
-    summarizer.starts_retire(project_id=project.pk, moved=[(latest["trace_id"], stale["start_time"])], version=2)
+    # as the summariser writes a summary that moved: the new row, and the old start (10 min past `start`) retired
+    summary_moved(project_id=project.pk, rows=rows, earlier_ns=30 * 60 * NS, tag="tests.grouping.moved")
 
     def requests(lo_min: int, hi_min: int) -> dict:
         series = grouping.grouped_series(project_id=project.pk, start=datetime.fromtimestamp((start + lo_min * 60 * NS) / NS, tz=timezone.utc),
