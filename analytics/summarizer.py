@@ -87,9 +87,10 @@ def summaries_fresh(*, project_id: int, within_seconds: float) -> bool:
     ``within_seconds`` ago (one small read, or none on the embedded store): a reader that needs
     them current can skip its own summariser run while the periodic one keeps up."""
     store = get_store()
-    if watermarks.known_for(store) is not None:
-        value = watermark_get(project_id=project_id, job=JOB)
-        return value > 0 and _clock_ns() // 1_000_000 - value <= int(within_seconds * 1000)
+    known = watermarks.known_for(store)
+    if known is not None:
+        value = known.get(store, project_id, JOB, "analytics.summarizer.watermark_get")
+        return value > 0 and time.time_ns() // 1_000_000 - value <= int(within_seconds * 1000)
     return bool(store.query(
         "SELECT toUnixTimestamp64Milli(now64(3)) - max(value) <= {within_ms:Int64} FROM task_watermarks"
         " WHERE project_id = {project_id:UInt64} AND job = {job:String}",
