@@ -14,8 +14,15 @@ and its stamp, and answers a run's window of arrivals from memory:
 - **the spans of a new trace** (one without a summary: every stored copy of its spans arrived
   within the window, since a span that arrived before the watermark was summarised then):
   ``Window.spans`` gives them with the columns ``summary_arrays.spans_sql`` reads, the digest's
-  hashes included (ClickHouse's ``cityHash64``, computed here: ``city_hash64_16``). A trace that
-  had a summary (it grows) is still read from ``spans``: its earlier spans are not here.
+  hashes included (ClickHouse's ``cityHash64``, computed here: ``city_hash64_16``);
+- **the earlier spans of a trace that grows**: spans arrive as they end (SDKs and OpenTelemetry
+  exporters send them so), the children before their root, so a trace is summarised first without
+  its root and again when the root comes. The summariser names the traces it left without a root
+  (``consumed``'s ``keep``), and their spans are kept for ``HISTORY_MS`` after their window is
+  summarised (copied out of the insert's table: the rest of the insert is let go). When such a
+  trace grows, ``Window.grown`` checks that the copies held are exactly those its latest summary was
+  computed from (their digest, ``spans_digest``, is equal) before the summary is computed from them
+  and the window's; any other trace that grows is read from ``spans``.
 
 Only what is certain is answered. The window is served when every insert with a stamp in it was
 recorded (every insert of the process goes through its one store, ``store.get_store()``, whose
@@ -48,6 +55,8 @@ log = logging.getLogger(__name__)
 TABLE = "spans"
 MAX_ROWS = 400_000  # spans kept at most (8 runs of TRACEDASH_SUMMARIZE_MAX_SPANS's default; ~100 MB at most)
 MAX_AGE_MS = 60_000  # an insert not summarised this long after its stamp is let go (a project no run takes)
+HISTORY_MS = 30_000  # a rootless trace's spans are kept this long after their arrival, for when it grows
+MAX_HISTORY_ROWS = 200_000  # such spans kept at most (the oldest go first)
 # The columns of ``spans`` the summaries read, as the insert's Arrow table has them.
 KEPT = ("project_id", "trace_id", "span_id", "parent_span_id", "name", "phase", "phase_fallback", "cache", "service",
         "model", "start_time", "duration_ns", "status", "status_message", "ttft_ns", "input_tokens", "output_tokens",
@@ -111,6 +120,22 @@ class _Insert:
     stamp_ms: int
     table: pa.Table  # KEPT columns and ``loadtest``
     counts: dict[int, int]  # rows per project not yet summarised
+    projects: int = 1  # projects it holds rows of
+
+
+@dataclass
+class _Kept:
+    """The spans of a project's rootless traces from one summarised insert (a copy)."""
+
+    stamp_ms: int
+    project_id: int
+    table: pa.Table  # KEPT columns and ``loadtest``, ``ingested_ms``, ``stamp_hash``
+
+
+def _stamped(table: pa.Table, stamp_ms: int) -> pa.Table:
+    n = table.num_rows
+    return (table.append_column("ingested_ms", pa.array(np.full(n, stamp_ms, dtype=np.int64)))
+            .append_column("stamp_hash", pa.array(np.full(n, city_hash64_ms(stamp_ms), dtype=np.uint64))))
 
 
 @dataclass
@@ -120,6 +145,9 @@ class Window:
     project_id: int
     until_ms: int
     table: pa.Table  # the KEPT columns and ``loadtest``, ``ingested_ms``, ``stamp_hash``
+    earlier: pa.Table | None = None  # the kept spans of rootless traces that arrived before (``FreshSpans.kept``)
+    _grown: pa.Table | None = None  # those of the traces ``grown`` found whole
+    stats: dict | None = None  # the memory's counters: ``grown`` (whole in memory) and ``grown_read``
 
     @property
     def spans(self) -> int:
@@ -139,13 +167,48 @@ class Window:
             grouped.column("trace_id").to_pylist(), grouped.column("st_min").to_pylist(),
             grouped.column("st_max").to_pylist(), grouped.column("st_count").to_pylist())]
 
+    def grown(self, digests: dict[str, int], prices_json: str) -> list[str]:
+        """Of these traces that grow ({trace id: its latest summary's ``spans_digest``}), those whose
+        earlier spans are all held: the copies kept from before the window add up to that digest,
+        so they are exactly the copies the summary was computed from (as ClickHouse would find
+        them in ``spans``: every copy stored before the window). ``spans_of`` then gives their
+        spans from memory too."""
+        whole = self._whole(digests, prices_json)
+        if self.stats is not None:
+            self.stats["grown"] += len(whole)
+            self.stats["grown_read"] += len(digests) - len(whole)
+        return whole
+
+    def _whole(self, digests: dict[str, int], prices_json: str) -> list[str]:
+        if self.earlier is None or not self.earlier.num_rows or not digests:
+            return []
+        rows = self.earlier.filter(pc.is_in(self.earlier.column("trace_id"),
+                                            value_set=pa.array(list(digests), pa.string())))
+        if not rows.num_rows:
+            return []
+        ids, codes = np.unique(np.asarray(rows.column("trace_id").to_pylist(), dtype=object), return_inverse=True)
+        sums = np.zeros(len(ids), dtype=np.uint64)
+        np.add.at(sums, codes, _copy_hashes(rows))
+        with np.errstate(over="ignore"):
+            sums += np.uint64(CityHash64(prices_json.encode()))
+        whole = [t for t, h in zip(ids.tolist(), sums.tolist()) if int(digests[t]) == h]
+        if whole:
+            keep = set(whole)
+            self._grown = rows.filter(pc.is_in(rows.column("trace_id"), value_set=pa.array(sorted(keep), pa.string())))
+        return whole
+
     def spans_of(self, trace_ids: list[str], prices_json: str) -> pa.Table:
         """Every stored copy of these traces' spans with the columns (and values)
-        ``summary_arrays.spans_sql`` reads from ``spans``."""
-        rows = self.table.filter(pc.is_in(self.table.column("trace_id"), value_set=pa.array(trace_ids, pa.string())))
+        ``summary_arrays.spans_sql`` reads from ``spans``: each a trace that is new, or one ``grown``
+        found whole."""
+        wanted = pa.array(trace_ids, pa.string())
+        rows = self.table.filter(pc.is_in(self.table.column("trace_id"), value_set=wanted))
+        if self._grown is not None:
+            before = self._grown.filter(pc.is_in(self._grown.column("trace_id"), value_set=wanted))
+            if before.num_rows:
+                rows = pa.concat_tables([before.select(rows.column_names), rows], promote_options="permissive")
         sid = rows.column("span_id")
-        digest = combine(city_hash64_16(_fixed_bytes(sid, SPAN_ID_BYTES)),
-                         rows.column("stamp_hash").to_numpy().astype(np.uint64))
+        digest = _copy_hashes(rows)
 
         def filled(name: str, value, arrow_type) -> pa.Array:
             return pc.fill_null(rows.column(name), value).cast(arrow_type)
@@ -171,6 +234,12 @@ class Window:
         })
 
 
+def _copy_hashes(rows: pa.Table) -> np.ndarray:
+    """Each stored copy's part of its trace's digest: ``cityHash64(span_id, ingested_at)``."""
+    return combine(city_hash64_16(_fixed_bytes(rows.column("span_id"), SPAN_ID_BYTES)),
+                   rows.column("stamp_hash").to_numpy().astype(np.uint64))
+
+
 class FreshSpans:
     """The recent inserts into ``spans`` of one embedded store (see the module's docstring): the
     store's write listener and the summariser's source. Thread-safe."""
@@ -182,7 +251,9 @@ class FreshSpans:
         self._since_ms = _next_ms()  # every insert stamped from here on is recorded (until a reset)
         self._floor: dict[int, int] = {}  # per project: stamps below this were let go unsummarised
         self._writing = 0  # statements that write ``spans`` running now
-        self.stats = {"windows": 0, "store": 0, "resets": 0, "evicted": 0}
+        self._kept: list[_Kept] = []  # rootless traces' spans from summarised inserts, oldest first
+        self._kept_rows = 0
+        self.stats = {"windows": 0, "store": 0, "resets": 0, "evicted": 0, "grown": 0, "grown_read": 0}
 
     # --- the store's write listener ------------------------------------------------------------
     def on_stored(self, table: str, arrow, stamp_ms: int, tag: str) -> None:
@@ -201,7 +272,7 @@ class FreshSpans:
         with self._lock:
             if stamp_ms < self._since_ms:  # a reset came in between
                 return
-            self._inserts.append(_Insert(stamp_ms, kept, dict(zip(projects.tolist(), counts.tolist()))))
+            self._inserts.append(_Insert(stamp_ms, kept, dict(zip(projects.tolist(), counts.tolist())), len(projects)))
             self._rows += kept.num_rows
             while self._inserts and (self._rows > MAX_ROWS or self._oldest().stamp_ms < stamp_ms - MAX_AGE_MS):
                 self._evict_oldest()
@@ -229,6 +300,8 @@ class FreshSpans:
         with self._lock:
             self._inserts.clear()
             self._rows = 0
+            self._kept.clear()
+            self._kept_rows = 0
             self._floor.clear()
             self._since_ms = _next_ms()
             self.stats["resets"] += 1
@@ -272,28 +345,57 @@ class FreshSpans:
             part = insert.table
             if len(insert.counts) > 1:
                 part = part.filter(pc.equal(part.column("project_id"), pa.scalar(project_id, pa.uint64())))
-            n = part.num_rows
-            parts.append(part.append_column("ingested_ms", pa.array(np.full(n, insert.stamp_ms, dtype=np.int64)))
-                         .append_column("stamp_hash", pa.array(np.full(n, city_hash64_ms(insert.stamp_ms), dtype=np.uint64))))
+            parts.append(_stamped(part, insert.stamp_ms))
         table = pa.concat_tables(parts) if parts else _EMPTY
-        return Window(project_id, until_ms, table)
-
-    def consumed(self, project_id: int, until_ms: int) -> None:
-        """The project's arrivals before ``until_ms`` are summarised (its watermark is there)."""
         with self._lock:
-            kept = []
+            earlier = [k.table for k in self._kept if k.project_id == project_id and k.stamp_ms < since_ms]
+        return Window(project_id, until_ms, table, pa.concat_tables(earlier) if earlier else None, stats=self.stats)
+
+    def consumed(self, project_id: int, until_ms: int, keep: list[str] | None = None) -> None:
+        """The project's arrivals before ``until_ms`` are summarised (its watermark is there).
+        ``keep``: the traces their summaries left without a root, whose spans are kept (a copy of
+        them) in case they grow (``Window.grown``)."""
+        wanted = pa.array(sorted(set(keep)), pa.string()) if keep else None
+        with self._lock:
+            held, done = [], []
             for insert in self._inserts:
                 if insert.stamp_ms < until_ms and project_id in insert.counts:
                     del insert.counts[project_id]
+                    done.append(insert)
                 if insert.counts:
-                    kept.append(insert)
+                    held.append(insert)
                 else:
                     self._rows -= insert.table.num_rows
-            self._inserts = kept
+            self._inserts = held
+            since_ms = self._since_ms
+        if wanted is None:
+            return
+        kept = []
+        for insert in done:
+            part = insert.table
+            mask = pc.is_in(part.column("trace_id"), value_set=wanted)
+            if insert.projects > 1:
+                mask = pc.and_(mask, pc.equal(part.column("project_id"), pa.scalar(project_id, pa.uint64())))
+            part = part.filter(mask)  # a copy: the insert's table (every column of the insert) is let go
+            if part.num_rows:
+                kept.append(_Kept(insert.stamp_ms, project_id, _stamped(part, insert.stamp_ms)))
+        with self._lock:
+            if since_ms != self._since_ms:  # a reset came in between: what was held may be gone from spans
+                return
+            self._kept.extend(kept)
+            self._kept_rows += sum(k.table.num_rows for k in kept)
+            newest = max((k.stamp_ms for k in self._kept), default=0)
+            while self._kept and (self._kept_rows > MAX_HISTORY_ROWS or self._kept[0].stamp_ms < newest - HISTORY_MS):
+                self._kept_rows -= self._kept.pop(0).table.num_rows
 
     @property
     def rows(self) -> int:
+        """Spans held for runs still to come (``kept_rows``: those kept for traces that grow)."""
         return self._rows
+
+    @property
+    def kept_rows(self) -> int:
+        return self._kept_rows
 
     @property
     def since_ms(self) -> int:

@@ -18,7 +18,8 @@ every insert itself, a run stops before the oldest insert still running instead 
 nothing (``read_until_ms``), so it skips the digest check too. It marks the minutes whose rollups
 changed (``rollup_dirty``) and tells open pages which traces were summarised (``traces.summarized``).
 On the embedded store the arrivals and the new traces' spans come from memory where it holds the
-run's window whole (``analytics.fresh_spans``): only traces that grow are read back.
+run's window whole (``analytics.fresh_spans``), and so do the earlier spans of a trace summarised
+without its root that grows (the memory keeps them a while): only other traces that grow are read back.
 
 ``trace_row`` computes the same row in Python with ``trace_math`` (the reference the SQL is tested
 against, tests/test_summary_sql.py; seeds and bench/load_spans.py use it to write summaries directly).
@@ -264,8 +265,8 @@ def _write(store, reads: list[tuple[list[dict], object, dict]], *, prices, proje
         ids = list(rows.column("trace_id"))
         if presence is not None:
             presence.written(project_id, ids, rows)
-        return [{"trace_id": t, "start_ns": s, "span_count": n} for t, s, n in zip(
-            ids, rows.column("start_time").tolist(), rows.column("span_count").tolist())]
+        return [{"trace_id": t, "start_ns": s, "span_count": n, "has_root": r} for t, s, n, r in zip(
+            ids, rows.column("start_time").tolist(), rows.column("span_count").tolist(), rows.column("has_root").tolist())]
     written = []
     for traces, _, params in reads:
         # A small batch (an incremental run's) on one thread: half the CPU; a large one (a backlog,
@@ -317,15 +318,18 @@ def _read_groups(batch: list[dict], previous: dict[str, dict]) -> list[tuple[lis
 def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, version: int | None = None,
                          mark_dirty: bool = True, skip_unchanged: bool = False,
                          keys: list[str] | None = None,
-                         window: fresh_spans.Window | None = None) -> tuple[list[str], int]:
+                         window: fresh_spans.Window | None = None,
+                         rootless: list[str] | None = None) -> tuple[list[str], int]:
     """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
     range of their new spans; ``spans``, where known: how many) in ClickHouse, write their rows
     and mark the minutes to roll up again. ``skip_unchanged``: leave out traces whose spans are
     exactly those their latest summary was computed from (the incremental runs' overlap). ``keys``:
     the attribute keys to index for these traces (default: the project's declared ones). ``window``:
     the arrivals ``touched`` came from, held in memory (analytics.fresh_spans; the ``arrays`` engine):
-    a trace without a summary has all its spans there and is not read back. Returns
-    (trace ids written, spans summarised)."""
+    a trace without a summary has all its spans there and is not read back, nor is one that grows
+    whose earlier spans the memory holds whole (``Window.grown``). ``rootless``: gets the ids of
+    the traces written without a root (where the engine tells). Returns (trace ids written, spans
+    summarised)."""
     store = get_store()
     if prices is None:
         prices = prices_for_project(project_id=project_id)
@@ -345,6 +349,13 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
             # that arrived before it was summarised then): from memory. The others grow: read.
             new = [t for t in batch if t["trace_id"] not in previous]
             rest = [t for t in batch if t["trace_id"] in previous]
+            if rest:
+                # A trace that grows (its root arrives after its children, as exporters send them)
+                # whose earlier spans the memory kept, exactly those its summary saw: from memory too.
+                whole = set(window.grown({t["trace_id"]: previous[t["trace_id"]]["spans_digest"] for t in rest},
+                                         base["prices"]))
+                new += [t for t in rest if t["trace_id"] in whole]
+                rest = [t for t in rest if t["trace_id"] not in whole]
         groups = [(new, window)] if new else []
         groups += [(group, _FEW_SPANS_SQL if few else _SPANS_SQL) for group, few in (_read_groups(rest, previous) if rest else [])]
         for group, spans in groups:
@@ -385,6 +396,8 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
             if before is not None and int(before["start_ns"]) != int(row["start_ns"]):
                 moved.append((row["trace_id"], int(before["start_ns"])))
             spans_read += int(row["span_count"])
+            if rootless is not None and not row.get("has_root", 1):
+                rootless.append(row["trace_id"])
         starts_retire(project_id=project_id, moved=moved, version=version)
         if dirty and mark_dirty:
             store.insert("rollup_dirty", [{"project_id": project_id, "bucket": m * MINUTE_NS} for m in sorted(dirty)],
@@ -475,15 +488,16 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
             # Only an overlap re-reads spans that a summary has already seen; without one (the
             # embedded store) every touched trace received a span since its latest summary, and
             # the digest check would read the spans' ids once more to find nothing to skip.
+            rootless: list[str] = []
             written, spans = traces_summarize_ids(project_id=project_id, touched=touched,
-                                                  skip_unchanged=overlap_ms > 0, window=window)
+                                                  skip_unchanged=overlap_ms > 0, window=window, rootless=rootless)
             report.traces += len(written)
             report.spans += spans
             report.trace_ids[project_id] = written[:EVENT_TRACE_IDS]
             traces_summarized_notify(project_id=project_id, trace_ids=written)
             watermark_set(project_id=project_id, job=JOB, value=until_ms)
             if fresh is not None:
-                fresh.consumed(project_id, until_ms)
+                fresh.consumed(project_id, until_ms, keep=rootless)
         # Nothing arrived: the watermark stays (the next run reads from it again, as cheaply),
         # and an idle project writes nothing.
     report.seconds = time.perf_counter() - started

@@ -144,6 +144,15 @@ def main(argv=None) -> int:
              else "the summariser not run") + (f"; not run: {', '.join(sorted(skip))}" if skip else ""))
     if "traces-summarize" in names:
         print(f"summaries written: {written.rows:,}, {written.rows / max(len(trace_ids), 1):.2f} a trace")
+        from analytics.fresh_spans import fresh_for
+        from store import get_store
+
+        fresh = fresh_for(get_store())
+        if fresh is not None:
+            stats = fresh.stats
+            print(f"the summariser's memory: {stats['windows']:,} runs' arrivals from memory, {stats['store']:,} from the "
+                  f"store; traces that grew: {stats['grown']:,} with their earlier spans in memory, "
+                  f"{stats['grown_read']:,} read back")
     rows = []
     beat_total = 0.0
     for name, calls in cpu.items():

@@ -90,14 +90,16 @@ def test_the_spans_held_are_what_a_read_of_spans_returns(project_with_key):
 
 def test_the_summariser_reads_neither_the_arrivals_nor_a_new_traces_spans(project_with_key, settings, monkeypatch):
     """After the project's first run (its watermark lies before the memory's start), runs take what
-    arrived and the new traces' spans from memory; a trace that grows is still read. Every summary
-    equals the reference trace math over the stored spans."""
+    arrived and the new traces' spans from memory, and the earlier spans of a trace summarised
+    without its root when its root comes (spans sent as they end); a trace that grows after its root
+    came, or whose earlier spans the memory lost, is read. Every summary equals the reference trace
+    math over the stored spans."""
     settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
     settings.TRACEDASH_SUMMARY_ENGINE = "arrays"
     store = get_store()
     project, _ = project_with_key()
     fresh = attach()
-    first, second, third = llm_trace(), llm_trace(), llm_trace()
+    first, second, third, fourth, fifth = (llm_trace() for _ in range(5))
     store.insert("spans", rows_of(project.pk, first), tag="tests.fresh_spans.spans")
     summarizer.traces_summarize(project_ids=[project.pk])  # the first run: by the store
     tags = []
@@ -109,33 +111,73 @@ def test_the_summariser_reads_neither_the_arrivals_nor_a_new_traces_spans(projec
             return (real_query if kind == "query" else real_arrow)(sql, params, tag=tag)
         return call
 
+    def run(spans):
+        tags.clear()
+        time.sleep(0.002)
+        store.insert("spans", rows_of(project.pk, spans), tag="tests.fresh_spans.spans")
+        summarizer.traces_summarize(project_ids=[project.pk])
+        return "analytics.summarizer.spans" in tags
+
     # on the instance, for this test alone (monkeypatch removes them again: others patch the class)
     monkeypatch.setattr(store, "query", spy("query"))
     monkeypatch.setattr(store, "query_arrow", spy("arrow"))
-    time.sleep(0.002)
-    store.insert("spans", rows_of(project.pk, second + third[1:]), tag="tests.fresh_spans.spans")
     before = dict(fresh.stats)
-    summarizer.traces_summarize(project_ids=[project.pk])
+    assert not run(second + third[1:] + fourth + fifth[1:3])
     assert fresh.stats["windows"] == before["windows"] + 1
-    assert not {"analytics.summarizer.touched", "analytics.summarizer.bound", "analytics.summarizer.spans"} & set(tags), tags
-    tags.clear()
-    time.sleep(0.002)
-    store.insert("spans", rows_of(project.pk, third[:1]), tag="tests.fresh_spans.spans")  # third's root, last
-    summarizer.traces_summarize(project_ids=[project.pk])
-    assert "analytics.summarizer.spans" in tags, "a trace that grows is read"
-    assert "analytics.summarizer.touched" not in tags
+    assert not {"analytics.summarizer.touched", "analytics.summarizer.bound"} & set(tags), tags
+    assert fresh.kept_rows == len(third[1:]) + 2, "the rootless traces' spans are kept"
+    assert not run(third[:1] + fifth[3:4]), "third's root and a child of fifth, both from memory"
+    assert run(third[:1]), "its root sent again (a retry): a trace summarised with its root is no longer kept"
+    late = dict(fourth[2], span_id="f" * 16, name="late", start_time=fourth[2]["start_time"] + 5 * MS)
+    assert run([late]), "a trace summarised with its root that grows is read"
+    fresh.reset()  # e.g. a failed insert: what was kept may no longer be what is stored
+    assert run(fifth[:1]), "its earlier spans are no longer held: read"
+    assert "analytics.summarizer.touched" in tags, "and the window, just after a reset, too"
     monkeypatch.undo()
     rows = {r["trace_id"]: r for r in store.query(
-        "SELECT *, toUnixTimestamp64Nano(start_time) AS start_ns FROM traces FINAL WHERE project_id = {p:UInt64}",
+        "SELECT *, toUnixTimestamp64Nano(start_time) AS start_time_ns, toUnixTimestamp64Nano(spans_start) AS spans_start_ns,"
+        " toUnixTimestamp64Nano(spans_end) AS spans_end_ns FROM traces FINAL WHERE project_id = {p:UInt64}",
         {"p": project.pk}, tag="tests.fresh_spans.latest").dicts()}
-    assert len(rows) == 3
-    for spans in (first, second, third):
+    assert len(rows) == 5
+    for spans in (first, second, third, fourth, fifth):
         tid = spans[0]["trace_id"]
         want = summarizer.trace_row(project_id=project.pk, trace_id=tid, spans=_stored(project.pk, tid), prices={}, version=1)
         for field in ("span_count", "has_root", "e2e_ns", "input_tokens", "output_tokens", "inference_ns", "network_ns",
-                      "preprocess_ns", "postprocess_ns", "other_ns", "ttft_ns", "status", "error_spans", "root_name"):
+                      "preprocess_ns", "postprocess_ns", "other_ns", "ttft_ns", "status", "error_spans", "root_name",
+                      "cost_usd"):
             assert rows[tid][field] == want[field], (tid, field)
+        for field in ("start_time", "spans_start", "spans_end"):
+            assert rows[tid][field + "_ns"] == want[field], (tid, field)
+    assert rows[fourth[0]["trace_id"]]["span_count"] == 6
     assert fresh.rows == 0, "what was summarised is let go"
+
+
+def test_a_trace_that_grows_is_read_unless_the_copies_held_are_its_summarys(project_with_key):
+    """``Window.grown`` serves a trace's earlier spans from memory only where the copies kept add up
+    to its latest summary's digest (prices included): a copy missing, one too many, or a summary
+    made with another price table, and the trace is read."""
+    store = get_store()
+    project, _ = project_with_key()
+    fresh = attach()
+    trace = llm_trace()
+    tid = trace[0]["trace_id"]
+    store.insert("spans", rows_of(project.pk, trace[1:]), tag="tests.fresh_spans.spans")
+    until = settle()
+    window = fresh.window(project.pk, fresh.since_ms, until, 10**9)
+    with np.errstate(over="ignore"):  # the digest a summary of these copies carries, as ClickHouse adds it up
+        digest = int(np.add.reduce(fresh_spans._copy_hashes(window.table), dtype=np.uint64)
+                     + np.uint64(CityHash64(PRICES_JSON.encode())))
+    fresh.consumed(project.pk, until, keep=[tid])
+    time.sleep(0.002)
+    store.insert("spans", rows_of(project.pk, trace[:1]), tag="tests.fresh_spans.spans")
+    window = fresh.window(project.pk, until, settle(), 10**9)
+    assert window.grown({tid: digest}, PRICES_JSON) == [tid]
+    spans = window.spans_of([tid], PRICES_JSON)
+    assert spans.num_rows == 5 and len(set(spans.column("ingested").to_pylist())) == 2
+    assert window.grown({tid: digest + 1}, PRICES_JSON) == [], "not the copies the summary saw"
+    other = summary_sql.prices_json({"gpt-4o-mini": (0.3, 1.2)})
+    assert window.grown({tid: digest}, other) == [], "a summary made with another price table"
+    assert window.grown({"9" * 32: digest}, PRICES_JSON) == [], "nothing held"
 
 
 def test_a_failed_insert_or_a_statement_on_spans_starts_over(project_with_key):

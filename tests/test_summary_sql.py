@@ -233,6 +233,75 @@ def _summarise_and_compare(traces, summarize, base_ns):
 
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                     HealthCheck.too_slow])
+@given(traces=st.lists(a_trace(), min_size=1, max_size=4), data=st.data())
+def test_a_trace_summarised_as_its_spans_arrive_equals_the_reference(traces, data):
+    """Spans sent as they end (the children first, the roots last): a run summarises the first
+    arrivals from memory, and the next one finds the traces left without a root whole in memory
+    (``Window.grown``: the copies kept add up to their summary's digest) and summarises them again
+    from memory, the re-sent copies included. Every figure equals the reference over all the
+    spans stored."""
+    import time
+
+    base_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    store = get_store()
+    fresh = fresh_spans.fresh_for(store)
+    prices = summary_sql.prices_json(PRICES)
+    ids, first, second = [], [], []
+    for spans, resend in traces:
+        trace_id = f"{next(_counter):032x}"
+        ids.append(trace_id)
+        later = [s for s in spans if not s["parent_span_id"]]
+        children = [s for s in spans if s["parent_span_id"]]
+        cut = data.draw(st.integers(0, len(children)))
+        first += [_row(PROJECT, trace_id, s, base_ns) for s in children[:cut]]
+        second += [_row(PROJECT, trace_id, s, base_ns) for s in children[cut:] + later]
+        second += [_row(PROJECT, trace_id, s, base_ns) for s in spans if s["span_id"] in resend]
+
+    def window(since_ms):
+        time.sleep(0.003)  # the inserts' stamps lie before the ms the window stops at
+        got = fresh.window(PROJECT, since_ms, store.settled_until_ms("spans"), 10**9)
+        assert got is not None, "every insert since the listener started is held"
+        return got
+
+    def write(got, trace_ids, version):
+        params = {"project_id": PROJECT, "prices": prices, "ids": ",".join(trace_ids)}
+        return summary_arrays.summaries_write(store, [(got.spans_of(trace_ids, prices), params)],
+                                              project_id=PROJECT, version=version, prices=PRICES)
+
+    store.command("SYSTEM STOP MERGES spans", tag="tests.summary_sql.merges")  # see _summaries_equal_the_reference
+    try:
+        time.sleep(0.002)
+        since = max(fresh.since_ms, store.settled_until_ms("spans"))
+        store.insert("spans", first, tag="tests.summary_sql.children") if first else None
+        early = window(since)
+        before = sorted({r["trace_id"] for r in first})
+        rootless = []
+        if before:
+            rows = write(early, before, 1)
+            rootless = [t for t, r in zip(rows.column("trace_id"), rows.column("has_root").tolist()) if not r]
+        fresh.consumed(PROJECT, early.until_ms, keep=rootless)
+        store.insert("spans", second, tag="tests.summary_sql.roots")
+        late = window(early.until_ms)
+        digests = {t: int(computed([t])[t]["spans_digest"]) for t in before}
+        grown = late.grown(digests, prices)
+        assert sorted(grown) == sorted(rootless), "a trace left without a root is held whole"
+        from_memory = sorted(set(ids) - set(before) | set(grown))
+        write(late, from_memory, 2)
+        if set(ids) - set(from_memory):
+            summarize_arrays(sorted(set(ids) - set(from_memory)), version=2)
+        got = computed(ids)
+        for trace_id, (spans, _) in zip(ids, traces):
+            assert_same(expected(spans, base_ns), got[trace_id], trace_id)
+        digests = store.query(summary_sql.span_digests_sql(trace_filter=_IDS_FILTER),
+                              {"project_id": PROJECT, "prices": prices, "ids": ",".join(ids)},
+                              tag="tests.summary_sql.digests").dicts()
+        assert {d["trace_id"]: int(d["digest"]) for d in digests} == {t: int(got[t]["spans_digest"]) for t in ids}
+    finally:
+        store.command("SYSTEM START MERGES spans", tag="tests.summary_sql.merges")
+
+
 def test_a_trace_that_grows_is_summarised_again_and_an_unchanged_one_is_not():
     import time
 
