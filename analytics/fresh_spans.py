@@ -132,17 +132,6 @@ class _Kept:
     table: pa.Table  # KEPT columns and ``loadtest``, ``ingested_ms``, ``stamp_hash``
 
 
-@dataclass
-class _Waiting:
-    """A project's traces that wait for their root: their rows from the windows that left them
-    unsummarised, carried into the next window (``at_ms``), and the watermark the summariser
-    stored with them (at most their first arrival: a restart reads them from the store again)."""
-
-    persisted_ms: int
-    at_ms: int
-    parts: list[_Kept]
-
-
 def _stamped(table: pa.Table, stamp_ms: int) -> pa.Table:
     n = table.num_rows
     return (table.append_column("ingested_ms", pa.array(np.full(n, stamp_ms, dtype=np.int64)))
@@ -167,23 +156,16 @@ class Window:
     def touched(self) -> list[dict]:
         """The traces that received spans, as the summariser's ``touched`` read gives them:
         ``trace_id``, ``first_ns`` and ``last_ns`` (the start range of their new spans),
-        ``spans``; by first start, then id. And from memory alone: ``rooted`` (a parentless span
-        arrived: its root) and ``first_ms`` (its first arrival here)."""
+        ``spans``; by first start, then id."""
         if not self.table.num_rows:
             return []
-        parent = self.table.column("parent_span_id")
         starts = pa.table({"trace_id": self.table.column("trace_id"),
-                           "st": pc.cast(self.table.column("start_time"), pa.int64()),
-                           "root": pc.fill_null(pc.equal(parent, ""), True).cast(pa.uint8()),
-                           "at": self.table.column("ingested_ms")})
-        grouped = starts.group_by("trace_id").aggregate([("st", "min"), ("st", "max"), ("st", "count"), ("root", "max"),
-                                                         ("at", "min")])
+                           "st": pc.cast(self.table.column("start_time"), pa.int64())})
+        grouped = starts.group_by("trace_id").aggregate([("st", "min"), ("st", "max"), ("st", "count")])
         grouped = grouped.sort_by([("st_min", "ascending"), ("trace_id", "ascending")])
-        return [{"trace_id": t, "first_ns": lo, "last_ns": hi, "spans": n, "rooted": bool(r), "first_ms": a}
-                for t, lo, hi, n, r, a in zip(
-                    grouped.column("trace_id").to_pylist(), grouped.column("st_min").to_pylist(),
-                    grouped.column("st_max").to_pylist(), grouped.column("st_count").to_pylist(),
-                    grouped.column("root_max").to_pylist(), grouped.column("at_min").to_pylist())]
+        return [{"trace_id": t, "first_ns": lo, "last_ns": hi, "spans": n} for t, lo, hi, n in zip(
+            grouped.column("trace_id").to_pylist(), grouped.column("st_min").to_pylist(),
+            grouped.column("st_max").to_pylist(), grouped.column("st_count").to_pylist())]
 
     def grown(self, digests: dict[str, int], prices_json: str) -> list[str]:
         """Of these traces that grow ({trace id: its latest summary's ``spans_digest``}), those whose
@@ -272,8 +254,7 @@ class FreshSpans:
         self._writing = 0  # statements that write ``spans`` running now
         self._kept: list[_Kept] = []  # rootless traces' spans from summarised inserts, oldest first
         self._kept_rows = 0
-        self._waiting: dict[int, _Waiting] = {}  # per project: traces waiting for their root
-        self.stats = {"windows": 0, "store": 0, "resets": 0, "evicted": 0, "grown": 0, "grown_read": 0, "waited": 0}
+        self.stats = {"windows": 0, "store": 0, "resets": 0, "evicted": 0, "grown": 0, "grown_read": 0}
 
     # --- the store's write listener ------------------------------------------------------------
     def on_stored(self, table: str, arrow, stamp_ms: int, tag: str) -> None:
@@ -322,7 +303,6 @@ class FreshSpans:
             self._rows = 0
             self._kept.clear()
             self._kept_rows = 0
-            self._waiting.clear()
             self._floor.clear()
             self._quiet.clear()
             self._since_ms = _next_ms()
@@ -349,12 +329,9 @@ class FreshSpans:
         that is the same one."""
         with self._lock:
             start = min(self._since_ms, self._quiet.get(project_id, self._since_ms))
-            waiting = self._waiting.get(project_id)
-            if (self._writing or since_ms < max(start, self._floor.get(project_id, 0))
-                    or waiting is not None and waiting.at_ms != since_ms):
+            if self._writing or since_ms < max(start, self._floor.get(project_id, 0)):
                 self.stats["store"] += 1
                 return None
-            carried = [w.table for w in waiting.parts] if waiting is not None else []
             picked = sorted((i for i in self._inserts if since_ms <= i.stamp_ms < until_ms and project_id in i.counts),
                             key=lambda i: i.stamp_ms)
             self.stats["windows"] += 1
@@ -366,7 +343,7 @@ class FreshSpans:
                     until_ms = min(until_ms, max(insert.stamp_ms, picked[0].stamp_ms + 1))
                     break
             picked = [i for i in picked if i.stamp_ms < until_ms]
-        parts = list(carried)  # the traces that waited for their root, as they arrived
+        parts = []
         for insert in picked:
             part = insert.table
             if len(insert.counts) > 1:
@@ -386,26 +363,12 @@ class FreshSpans:
             if since_ms <= until_ms and until_ms >= self._since_ms:
                 self._quiet[project_id] = min(since_ms, self._quiet.get(project_id, since_ms))
 
-    def resume(self, project_id: int, watermark_ms: int) -> int:
-        """Where the project's next window starts: its watermark, or, where the summariser stored
-        that watermark with traces left waiting for their root (``consumed``'s ``wait``), where
-        the run that left them got to (the window carries them)."""
-        with self._lock:
-            waiting = self._waiting.get(project_id)
-            return waiting.at_ms if waiting is not None and waiting.persisted_ms == watermark_ms else watermark_ms
-
-    def consumed(self, project_id: int, until_ms: int, keep: list[str] | None = None,
-                 wait: list[str] | None = None, persisted_ms: int | None = None) -> None:
-        """The project's arrivals before ``until_ms`` are summarised, but for the traces of
-        ``wait``: their rows (a copy) are carried into the window that starts at ``until_ms``,
-        for a watermark stored as ``persisted_ms`` (``resume``). ``keep``: the traces their
-        summaries left without a root, whose spans are kept (a copy of them) in case they grow
-        (``Window.grown``)."""
+    def consumed(self, project_id: int, until_ms: int, keep: list[str] | None = None) -> None:
+        """The project's arrivals before ``until_ms`` are summarised (its watermark is there).
+        ``keep``: the traces their summaries left without a root, whose spans are kept (a copy of
+        them) in case they grow (``Window.grown``)."""
         wanted = pa.array(sorted(set(keep)), pa.string()) if keep else None
-        waits = pa.array(sorted(set(wait)), pa.string()) if wait else None
         with self._lock:
-            before = self._waiting.pop(project_id, None)
-            carried = before.parts if before is not None and before.at_ms < until_ms else []
             held, done = [], []
             for insert in self._inserts:
                 if insert.stamp_ms < until_ms and project_id in insert.counts:
@@ -417,25 +380,20 @@ class FreshSpans:
                     self._rows -= insert.table.num_rows
             self._inserts = held
             since_ms = self._since_ms
-        if wanted is None and waits is None:
+        if wanted is None:
             return
-        sources = carried + [_Kept(i.stamp_ms, project_id, i.table if i.projects == 1 else i.table.filter(
-            pc.equal(i.table.column("project_id"), pa.scalar(project_id, pa.uint64())))) for i in done]
-
-        def rows_of(ids: pa.Array | None) -> list[_Kept]:
-            # a copy: the insert's table (every column of the insert) is let go
-            picked = [] if ids is None else [
-                (k, k.table.filter(pc.is_in(k.table.column("trace_id"), value_set=ids))) for k in sources]
-            return [_Kept(k.stamp_ms, project_id, t if "ingested_ms" in t.column_names else _stamped(t, k.stamp_ms))
-                    for k, t in picked if t.num_rows]
-
-        kept, waiting = rows_of(wanted), rows_of(waits)
+        kept = []
+        for insert in done:
+            part = insert.table
+            mask = pc.is_in(part.column("trace_id"), value_set=wanted)
+            if insert.projects > 1:
+                mask = pc.and_(mask, pc.equal(part.column("project_id"), pa.scalar(project_id, pa.uint64())))
+            part = part.filter(mask)  # a copy: the insert's table (every column of the insert) is let go
+            if part.num_rows:
+                kept.append(_Kept(insert.stamp_ms, project_id, _stamped(part, insert.stamp_ms)))
         with self._lock:
             if since_ms != self._since_ms:  # a reset came in between: what was held may be gone from spans
                 return
-            if waiting:
-                self._waiting[project_id] = _Waiting(until_ms if persisted_ms is None else persisted_ms, until_ms, waiting)
-                self.stats["waited"] += len(waits)
             self._kept.extend(kept)
             self._kept_rows += sum(k.table.num_rows for k in kept)
             newest = max((k.stamp_ms for k in self._kept), default=0)

@@ -475,63 +475,35 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
         watermark = watermark_get(project_id=project_id, job=JOB)
         since_ms = max(0, watermark - overlap_ms)
         window = None
-        waiting: list[dict] = []
         if fresh is not None and not overlap_ms:
-            window = fresh.window(project_id, fresh.resume(project_id, watermark), until_ms,
-                                  int(settings.TRACEDASH_SUMMARIZE_MAX_SPANS))
+            window = fresh.window(project_id, watermark, until_ms, int(settings.TRACEDASH_SUMMARIZE_MAX_SPANS))
         if window is not None:
             until_ms = window.until_ms
-            touched, waiting = _waiting_for_root(store, project_id, window.touched())
+            touched = window.touched()
         else:
             until_ms = _bounded_until(project_id=project_id, since_ms=watermark, until_ms=until_ms)
             touched = store.query(_TOUCHED_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
                                   tag="analytics.summarizer.touched").dicts()
-        if touched or waiting:
+        if touched:
             # Only an overlap re-reads spans that a summary has already seen; without one (the
             # embedded store) every touched trace received a span since its latest summary, and
             # the digest check would read the spans' ids once more to find nothing to skip.
             rootless: list[str] = []
             written, spans = traces_summarize_ids(project_id=project_id, touched=touched,
-                                                  skip_unchanged=overlap_ms > 0, window=window,
-                                                  rootless=rootless) if touched else ([], 0)
+                                                  skip_unchanged=overlap_ms > 0, window=window, rootless=rootless)
             report.traces += len(written)
             report.spans += spans
             report.trace_ids[project_id] = written[:EVENT_TRACE_IDS]
             traces_summarized_notify(project_id=project_id, trace_ids=written)
-            # The watermark stored stays at the first arrival of a trace left waiting, so that a
-            # start (the memory lost) reads it from the store again; the memory carries it on.
-            persisted = min([until_ms] + [int(t["first_ms"]) for t in waiting])
-            watermark_set(project_id=project_id, job=JOB, value=persisted)
+            watermark_set(project_id=project_id, job=JOB, value=until_ms)
             if fresh is not None:
-                fresh.consumed(project_id, until_ms, keep=rootless, wait=[t["trace_id"] for t in waiting],
-                               persisted_ms=persisted)
+                fresh.consumed(project_id, until_ms, keep=rootless)
         elif fresh is not None and window is None and since_ms == watermark:
             fresh.quiet(project_id, watermark, until_ms)  # the memory can take the next window from the watermark
         # Nothing arrived: the watermark stays (the next run reads from it again, as cheaply),
         # and an idle project writes nothing.
     report.seconds = time.perf_counter() - started
     return report
-
-
-def _waiting_for_root(store, project_id: int, touched: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(the traces to summarise now, those that wait for their root), of a window from memory.
-    Spans sent as they end bring a trace's children before its root; summarised at once, the trace
-    would be summarised again (and its start moved) when the root comes, a second or two later.
-    So a trace whose root has not arrived, that has no summary with a root, waits while its first
-    arrival since its last summary is less than ``TRACEDASH_SUMMARIZE_ROOT_WAIT_SECONDS`` old: a trace
-    that never gets a root (its root lost, an agent session still running) is summarised that much
-    later, and one that keeps growing at most that often."""
-    wait_ms = int(settings.TRACEDASH_SUMMARIZE_ROOT_WAIT_SECONDS * 1000)
-    if wait_ms <= 0:
-        return touched, []
-    young_after = time.time_ns() // 1_000_000 - wait_ms
-    young = [t for t in touched if not t["rooted"] and int(t["first_ms"]) > young_after]
-    if not young:
-        return touched, []
-    previous = _previous(store, project_id, [t["trace_id"] for t in young])
-    waiting = [t for t in young if not int(previous.get(t["trace_id"], {}).get("has_root", 0))]
-    ids = {t["trace_id"] for t in waiting}
-    return [t for t in touched if t["trace_id"] not in ids], waiting
 
 
 _RANGE_SQL = """

@@ -94,7 +94,6 @@ class Env:
     port: int
     alerts_evaluate_seconds: float
     summarize_seconds: float
-    summarize_root_wait_seconds: float
     summary_engine: str
     rollup_seconds: float
     rollup_late_seconds: int
@@ -401,8 +400,6 @@ def load(environ=None) -> Env:
         port=_positive_int(environ, "PORT", 8000, maximum=65535),
         alerts_evaluate_seconds=float(_positive_int(environ, "TRACEDASH_ALERTS_EVALUATE_SECONDS", 5, maximum=3600)),
         summarize_seconds=float(_positive_int(environ, "TRACEDASH_SUMMARIZE_SECONDS", 2, maximum=3600)),
-        summarize_root_wait_seconds=float(_positive_int(environ, "TRACEDASH_SUMMARIZE_ROOT_WAIT_SECONDS", 2, minimum=0,
-                                                        maximum=60)),
         summary_engine=_choice(environ, "TRACEDASH_SUMMARY_ENGINE", ("auto", "arrays", "sql")),
         rollup_seconds=float(_positive_int(environ, "TRACEDASH_ROLLUP_SECONDS", 10, maximum=3600)),
         rollup_late_seconds=_positive_int(environ, "TRACEDASH_ROLLUP_LATE_SECONDS", 600, minimum=0, maximum=7 * 86400),

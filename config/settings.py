@@ -175,10 +175,6 @@ TRACEDASH_SUMMARIZE_MAX_SPANS = 200_000  # per project and run; a backlog is wor
 # A summary batch of at most this many new spans runs on one ClickHouse thread (half the CPU of a
 # small batch on many; a larger one, a backlog or a rebuild, uses them all): bench/summary_threads.py
 TRACEDASH_SUMMARIZE_ONE_THREAD_SPANS = 50_000
-# Spans sent as they end bring a trace's root last: on the embedded store, a trace without its root
-# waits this long from its first arrival before it is summarised without one (analytics.summarizer.
-# _waiting_for_root), so that it is summarised once, not once per run while its spans come in. 0: never.
-TRACEDASH_SUMMARIZE_ROOT_WAIT_SECONDS = ENV.summarize_root_wait_seconds
 TRACEDASH_TRACE_MAX_SECONDS = 3600  # longest trace a bulk rebuild (manage.py summarize_traces) expects
 TRACEDASH_ROLLUP_SECONDS = ENV.rollup_seconds
 TRACEDASH_ROLLUP_LATE_SECONDS = ENV.rollup_late_seconds  # the late-arrival window, re-covered as a safety net

@@ -96,7 +96,6 @@ def test_the_summariser_reads_neither_the_arrivals_nor_a_new_traces_spans(projec
     math over the stored spans."""
     settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
     settings.TRACEDASH_SUMMARY_ENGINE = "arrays"
-    settings.TRACEDASH_SUMMARIZE_ROOT_WAIT_SECONDS = 0  # a trace without its root is summarised at once
     store = get_store()
     project, _ = project_with_key()
     fresh = attach()
@@ -334,77 +333,3 @@ def test_a_quiet_project_is_served_from_memory_from_its_first_spans_on(project_w
     assert fresh.stats["store"] == before["store"] + 2, "after a start-over, the store again"
     assert store.query("SELECT count() FROM traces FINAL WHERE project_id = {p:UInt64}", {"p": project.pk},
                        tag="tests.fresh_spans.count").scalar() == 3
-
-
-def _latest(project_id):
-    return {r["trace_id"]: r for r in get_store().query(
-        "SELECT trace_id, span_count, has_root, e2e_ns, inference_ns, toUnixTimestamp64Nano(start_time) AS start_ns,"
-        " count() OVER (PARTITION BY trace_id) AS versions FROM traces WHERE project_id = {p:UInt64}"
-        " ORDER BY version DESC LIMIT 1 BY trace_id", {"p": project_id}, tag="tests.fresh_spans.latest").dicts()}
-
-
-def test_a_trace_waits_for_its_root_and_is_summarised_once(project_with_key, settings, monkeypatch):
-    """Spans sent as they end: a trace whose root has not arrived waits (its spans carried from run
-    to run in memory) until its root comes, then is summarised once, from memory; one whose root
-    never comes is summarised without it once it has waited long enough. The watermark stored stays
-    at a waiting trace's first arrival, so that a restart (the memory lost) reads it from the store."""
-    settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
-    settings.TRACEDASH_SUMMARY_ENGINE = "arrays"
-    settings.TRACEDASH_SUMMARIZE_ROOT_WAIT_SECONDS = 60
-    store = get_store()
-    project, _ = project_with_key()
-    store.insert("spans", rows_of(project.pk, llm_trace()), tag="tests.fresh_spans.spans")
-    summarizer.traces_summarize(project_ids=[project.pk])  # the first run: by the store
-    fresh = attach()
-    tags = []
-    real_arrow = store.query_arrow
-
-    def spy(sql, params=None, *, tag):
-        tags.append(tag)
-        return real_arrow(sql, params, tag=tag)
-
-    monkeypatch.setattr(store, "query_arrow", spy)
-    a, b, c, d = (llm_trace() for _ in range(4))
-    store.insert("spans", rows_of(project.pk, a[1:3] + b), tag="tests.fresh_spans.spans")
-    settle()
-    summarizer.traces_summarize(project_ids=[project.pk])
-    latest = _latest(project.pk)
-    assert b[0]["trace_id"] in latest and a[0]["trace_id"] not in latest, "b has its root; a waits for its own"
-    waited = summarizer.watermark_get(project_id=project.pk, job=summarizer.JOB)
-    store.insert("spans", rows_of(project.pk, a[3:] + c[1:]), tag="tests.fresh_spans.spans")
-    settle()
-    summarizer.traces_summarize(project_ids=[project.pk])
-    assert summarizer.watermark_get(project_id=project.pk, job=summarizer.JOB) == waited, \
-        "stored at a's first arrival while it waits"
-    assert not {a[0]["trace_id"], c[0]["trace_id"]} & set(_latest(project.pk))
-    store.insert("spans", rows_of(project.pk, a[:1]), tag="tests.fresh_spans.spans")  # a's root, last
-    settle()
-    summarizer.traces_summarize(project_ids=[project.pk])
-    assert "analytics.summarizer.spans" not in tags, "every span of a from memory"
-    latest = _latest(project.pk)
-    tid = a[0]["trace_id"]
-    want = summarizer.trace_row(project_id=project.pk, trace_id=tid, spans=_stored(project.pk, tid), prices={}, version=1)
-    assert (latest[tid]["versions"], latest[tid]["span_count"], latest[tid]["has_root"]) == (1, 5, 1), "summarised once"
-    assert (latest[tid]["e2e_ns"], latest[tid]["inference_ns"], latest[tid]["start_ns"]) == (
-        want["e2e_ns"], want["inference_ns"], want["start_time"])
-    assert c[0]["trace_id"] not in latest, "c still waits"
-    assert summarizer.watermark_get(project_id=project.pk, job=summarizer.JOB) > waited
-
-    settings.TRACEDASH_SUMMARIZE_ROOT_WAIT_SECONDS = 0  # c's wait is over (as if 60 s had passed)
-    summarizer.traces_summarize(project_ids=[project.pk])  # nothing new arrived: c, carried, without its root
-    latest = _latest(project.pk)
-    assert (latest[c[0]["trace_id"]]["span_count"], latest[c[0]["trace_id"]]["has_root"]) == (4, 0)
-    assert fresh.stats["waited"] >= 3
-
-    settings.TRACEDASH_SUMMARIZE_ROOT_WAIT_SECONDS = 60
-    store.insert("spans", rows_of(project.pk, d[2:]), tag="tests.fresh_spans.spans")
-    settle()
-    summarizer.traces_summarize(project_ids=[project.pk])
-    assert d[0]["trace_id"] not in _latest(project.pk)
-    fresh.reset()  # a restart: what waited in memory is gone
-    store_runs = fresh.stats["store"]
-    summarizer.traces_summarize(project_ids=[project.pk])  # from the stored watermark, by the store
-    assert fresh.stats["store"] == store_runs + 1
-    latest = _latest(project.pk)
-    assert (latest[d[0]["trace_id"]]["span_count"], latest[d[0]["trace_id"]]["has_root"]) == (3, 0), \
-        "nothing acknowledged is left unsummarised"
