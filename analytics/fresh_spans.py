@@ -147,6 +147,7 @@ class Window:
     table: pa.Table  # the KEPT columns and ``loadtest``, ``ingested_ms``, ``stamp_hash``
     earlier: pa.Table | None = None  # the kept spans of rootless traces that arrived before (``FreshSpans.kept``)
     _grown: pa.Table | None = None  # those of the traces ``grown`` found whole
+    _traces: int = -1  # the window's traces (``touched``)
     stats: dict | None = None  # the memory's counters: ``grown`` (whole in memory) and ``grown_read``
 
     @property
@@ -163,6 +164,7 @@ class Window:
                            "st": pc.cast(self.table.column("start_time"), pa.int64())})
         grouped = starts.group_by("trace_id").aggregate([("st", "min"), ("st", "max"), ("st", "count")])
         grouped = grouped.sort_by([("st_min", "ascending"), ("trace_id", "ascending")])
+        self._traces = grouped.num_rows
         return [{"trace_id": t, "first_ns": lo, "last_ns": hi, "spans": n} for t, lo, hi, n in zip(
             grouped.column("trace_id").to_pylist(), grouped.column("st_min").to_pylist(),
             grouped.column("st_max").to_pylist(), grouped.column("st_count").to_pylist())]
@@ -180,33 +182,35 @@ class Window:
         return whole
 
     def _whole(self, digests: dict[str, int], prices_json: str) -> list[str]:
+        self._grown = None
         if self.earlier is None or not self.earlier.num_rows or not digests:
             return []
-        rows = self.earlier.filter(pc.is_in(self.earlier.column("trace_id"),
-                                            value_set=pa.array(list(digests), pa.string())))
+        ids = list(digests)
+        at = pc.index_in(self.earlier.column("trace_id"), value_set=pa.array(ids, pa.string()))
+        held = pc.is_valid(at)
+        rows = self.earlier.filter(held)
         if not rows.num_rows:
             return []
-        ids, codes = np.unique(np.asarray(rows.column("trace_id").to_pylist(), dtype=object), return_inverse=True)
+        codes = at.filter(held).to_numpy().astype(np.int64)
         sums = np.zeros(len(ids), dtype=np.uint64)
         np.add.at(sums, codes, _copy_hashes(rows))
         with np.errstate(over="ignore"):
             sums += np.uint64(CityHash64(prices_json.encode()))
-        whole = [t for t, h in zip(ids.tolist(), sums.tolist()) if int(digests[t]) == h]
-        if whole:
-            keep = set(whole)
-            self._grown = rows.filter(pc.is_in(rows.column("trace_id"), value_set=pa.array(sorted(keep), pa.string())))
-        return whole
+        equal = (sums == np.array([int(digests[t]) for t in ids], dtype=np.uint64)) & (np.bincount(codes, minlength=len(ids)) > 0)
+        if not equal.any():
+            return []
+        self._grown = rows.filter(pa.array(equal[codes]))
+        return [ids[i] for i in np.flatnonzero(equal).tolist()]
 
     def spans_of(self, trace_ids: list[str], prices_json: str) -> pa.Table:
         """Every stored copy of these traces' spans with the columns (and values)
-        ``summary_arrays.spans_sql`` reads from ``spans``: each a trace that is new, or one ``grown``
-        found whole."""
-        wanted = pa.array(trace_ids, pa.string())
-        rows = self.table.filter(pc.is_in(self.table.column("trace_id"), value_set=wanted))
-        if self._grown is not None:
-            before = self._grown.filter(pc.is_in(self._grown.column("trace_id"), value_set=wanted))
-            if before.num_rows:
-                rows = pa.concat_tables([before.select(rows.column_names), rows], promote_options="permissive")
+        ``summary_arrays.spans_sql`` reads from ``spans``: each a trace of the window that is new, or
+        one the last ``grown`` found whole (``trace_ids`` holds all of those)."""
+        rows = self.table
+        if len(trace_ids) != self._traces:  # not every trace of the window
+            rows = rows.filter(pc.is_in(rows.column("trace_id"), value_set=pa.array(trace_ids, pa.string())))
+        if self._grown is not None and self._grown.num_rows:
+            rows = pa.concat_tables([self._grown.select(rows.column_names), rows], promote_options="permissive")
         sid = rows.column("span_id")
         digest = _copy_hashes(rows)
 
@@ -382,15 +386,19 @@ class FreshSpans:
             since_ms = self._since_ms
         if wanted is None:
             return
-        kept = []
+        parts = []
         for insert in done:
             part = insert.table
             mask = pc.is_in(part.column("trace_id"), value_set=wanted)
             if insert.projects > 1:
                 mask = pc.and_(mask, pc.equal(part.column("project_id"), pa.scalar(project_id, pa.uint64())))
-            part = part.filter(mask)  # a copy: the insert's table (every column of the insert) is let go
+            part = part.filter(mask)
             if part.num_rows:
-                kept.append(_Kept(insert.stamp_ms, project_id, _stamped(part, insert.stamp_ms)))
+                parts.append(_stamped(part, insert.stamp_ms))
+        # One table a run, in one piece (a copy: the inserts' tables, every column of each, are let go;
+        # and the reads of it take each column at once, not insert by insert).
+        kept = [_Kept(max(i.stamp_ms for i in done), project_id,
+                      pa.concat_tables(parts).combine_chunks())] if parts else []
         with self._lock:
             if since_ms != self._since_ms:  # a reset came in between: what was held may be gone from spans
                 return
