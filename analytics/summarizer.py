@@ -119,9 +119,17 @@ def read_until_ms(store, table: str, *, clock_ms: int | None = None) -> tuple[in
             int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000))
 
 
-def watermark_set(*, project_id: int, job: str, value: int) -> None:
-    get_store().insert("task_watermarks", [{"project_id": project_id, "job": job, "value": int(value)}],
-                       tag="analytics.summarizer.watermark_set")
+def watermark_set(*, project_id: int, job: str, value: int, lazily: bool = False) -> None:
+    """Store where ``job`` got to for the project. ``lazily``: on the embedded store, in memory alone
+    until it is ``analytics.watermarks.STORE_EVERY_MS`` past the value stored (for a watermark
+    nothing reads in SQL; a restart then redoes at most that much)."""
+    store = get_store()
+    if lazily:
+        known = watermarks.known_for(store)
+        if known is not None and known.advance(project_id, job, int(value)):
+            return
+    store.insert("task_watermarks", [{"project_id": project_id, "job": job, "value": int(value)}],
+                 tag="analytics.summarizer.watermark_set")
 
 
 _TOUCHED_SQL = """
@@ -495,7 +503,9 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
             report.spans += spans
             report.trace_ids[project_id] = written[:EVENT_TRACE_IDS]
             traces_summarized_notify(project_id=project_id, trace_ids=written)
-            watermark_set(project_id=project_id, job=JOB, value=until_ms)
+            # Stored at most every 10 s of progress on the embedded store (a restart summarises those
+            # traces again); known at once to every reader in this process.
+            watermark_set(project_id=project_id, job=JOB, value=until_ms, lazily=True)
             if fresh is not None:
                 fresh.consumed(project_id, until_ms, keep=rootless)
         elif fresh is not None and window is None and since_ms == watermark:

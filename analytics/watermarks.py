@@ -8,8 +8,12 @@ each watermark written and the reads can come from memory: a value is read from 
 then kept up to date from every insert into ``task_watermarks`` (``ReplacingMergeTree(value)``: the
 highest value of a key is the one that counts, as ``max(value)`` reads it). Anything else that
 writes the table (a ``TRUNCATE``, an ``ALTER … DELETE``), or an insert that raised, makes it forget
-everything and read again. The writes still go to the store, every time: pages read the rollups'
-watermark in SQL, and a restart starts from what is stored.
+everything and read again. The writes still go to the store: pages read the rollups' watermark in
+SQL, and a restart starts from what is stored. The summariser's own watermark, which nothing reads in
+SQL, is stored at most every ``STORE_EVERY_MS`` of its progress (``advance``): in between, it moves
+in memory alone, and a restart (or anything that makes the memory forget) starts from the value
+stored, at most that much earlier, and summarises those traces again (the same figures, a newer
+version).
 
 A ClickHouse server is written by other processes too (Celery workers): there every read goes to
 the store (``known_for`` returns None).
@@ -24,6 +28,8 @@ from store.client import writes_table
 TABLE = "task_watermarks"
 _WRITES = writes_table(TABLE)
 
+STORE_EVERY_MS = 10_000  # ``advance``: a watermark this far past the value stored is stored again
+
 READ_SQL = "SELECT max(value) FROM task_watermarks WHERE project_id = {project_id:UInt64} AND job = {job:String}"
 
 
@@ -34,6 +40,7 @@ class KnownWatermarks:
         self._lock = threading.Lock()
         self._max: dict[tuple[int, str], int] = {}  # the highest value written (or read) per key
         self._known: set[tuple[int, str]] = set()  # keys whose stored value has been read since the last reset
+        self._stored: dict[tuple[int, str], int] = {}  # the highest value known to be stored per key
         self._generation = 0
 
     def get(self, store, project_id: int, job: str, tag: str) -> int:
@@ -48,8 +55,19 @@ class KnownWatermarks:
             value = max(stored, self._max.get(key, 0))
             if generation == self._generation:  # no reset meanwhile: what was read still holds
                 self._max[key] = value
+                self._stored[key] = max(stored, self._stored.get(key, 0))
                 self._known.add(key)
         return value
+
+    def advance(self, project_id: int, job: str, value: int, every_ms: int = STORE_EVERY_MS) -> bool:
+        """Move a watermark to ``value`` in memory alone, where the value stored is known and less
+        than ``every_ms`` behind; False: the caller stores it (an insert, which this then follows)."""
+        key = (int(project_id), job)
+        with self._lock:
+            if key not in self._known or int(value) - self._stored.get(key, 0) >= every_ms:
+                return False
+            self._max[key] = max(self._max.get(key, 0), int(value))
+            return True
 
     def on_insert(self, table: str, rows, tag: str) -> None:
         if table != TABLE:
@@ -61,6 +79,7 @@ class KnownWatermarks:
             for row in rows:
                 key = (int(row["project_id"]), row["job"])
                 self._max[key] = max(self._max.get(key, 0), int(row["value"]))
+                self._stored[key] = max(self._stored.get(key, 0), int(row["value"]))
 
     def on_insert_failed(self, table: str, tag: str) -> None:
         if table == TABLE:
@@ -81,6 +100,7 @@ class KnownWatermarks:
     def reset(self) -> None:
         with self._lock:
             self._max.clear()
+            self._stored.clear()
             self._known.clear()
             self._generation += 1
 

@@ -82,3 +82,27 @@ def test_a_write_during_the_first_read_is_not_lost():
     go.set()
     reader.join(10)
     assert got == [99] and known.get(store, 454545, "tests.a", "t") == 99
+
+
+def test_the_summarisers_watermark_is_stored_every_ten_seconds_of_progress(monkeypatch):
+    """``lazily``: moved in memory alone while the value stored is less than STORE_EVERY_MS behind,
+    stored past that; what makes the memory forget leaves the value stored (a restart redoes at
+    most that much)."""
+    store = get_store()
+    known = watermarks.known_for(store)
+    stored = lambda: int(store.query(watermarks.READ_SQL, {"project_id": 464646, "job": "tests.a"},  # noqa: E731
+                                     tag="t").scalar() or 0)
+    get = lambda: summarizer.watermark_get(project_id=464646, job="tests.a")  # noqa: E731
+    summarizer.watermark_set(project_id=464646, job="tests.a", value=1_000, lazily=True)  # never read: stored
+    assert stored() == 1_000 and get() == 1_000
+    summarizer.watermark_set(project_id=464646, job="tests.a", value=5_000, lazily=True)
+    summarizer.watermark_set(project_id=464646, job="tests.a", value=10_999, lazily=True)
+    assert get() == 10_999 and stored() == 1_000, "in memory alone"
+    summarizer.watermark_set(project_id=464646, job="tests.a", value=11_000, lazily=True)
+    assert get() == 11_000 and stored() == 11_000, "10 s past the value stored: stored"
+    summarizer.watermark_set(project_id=464646, job="tests.a", value=12_000, lazily=True)
+    summarizer.watermark_set(project_id=464646, job="tests.a", value=12_500)  # not lazily: stored at once
+    assert stored() == 12_500
+    summarizer.watermark_set(project_id=464646, job="tests.a", value=13_000, lazily=True)
+    known.reset()  # e.g. a failed insert into task_watermarks
+    assert get() == 12_500, "what was stored"
