@@ -125,7 +125,8 @@ class _Insert:
 
 @dataclass
 class _Kept:
-    """The spans of a project's rootless traces from one summarised insert (a copy)."""
+    """The spans of the traces a run left without a root, from the inserts it summarised (a copy;
+    ``stamp_ms``: the newest of those inserts' stamps)."""
 
     stamp_ms: int
     project_id: int
