@@ -55,8 +55,10 @@ log = logging.getLogger(__name__)
 TABLE = "spans"
 MAX_ROWS = 400_000  # spans kept at most (8 runs of TRACEDASH_SUMMARIZE_MAX_SPANS's default; ~100 MB at most)
 MAX_AGE_MS = 60_000  # an insert not summarised this long after its stamp is let go (a project no run takes)
-HISTORY_MS = 30_000  # a rootless trace's spans are kept this long after their arrival, for when it grows
-MAX_HISTORY_ROWS = 200_000  # such spans kept at most (the oldest go first)
+HISTORY_MS = 60_000  # a rootless trace's spans are kept this long after their arrival, for when it grows
+# ... and at most this much of them (the oldest go first): ~240 bytes a span, ~45 s of spans sent as
+# they end at 12,500 spans/s (an LLM request's trace lasts 10-30 s; one kept for less is read back).
+MAX_HISTORY_BYTES = 128 * 1024 * 1024
 # The columns of ``spans`` the summaries read, as the insert's Arrow table has them.
 KEPT = ("project_id", "trace_id", "span_id", "parent_span_id", "name", "phase", "phase_fallback", "cache", "service",
         "model", "start_time", "duration_ns", "status", "status_message", "ttft_ns", "input_tokens", "output_tokens",
@@ -259,6 +261,7 @@ class FreshSpans:
         self._writing = 0  # statements that write ``spans`` running now
         self._kept: list[_Kept] = []  # rootless traces' spans from summarised inserts, oldest first
         self._kept_rows = 0
+        self._kept_bytes = 0
         self.stats = {"windows": 0, "store": 0, "resets": 0, "evicted": 0, "grown": 0, "grown_read": 0}
 
     # --- the store's write listener ------------------------------------------------------------
@@ -308,6 +311,7 @@ class FreshSpans:
             self._rows = 0
             self._kept.clear()
             self._kept_rows = 0
+            self._kept_bytes = 0
             self._floor.clear()
             self._quiet.clear()
             self._since_ms = _next_ms()
@@ -405,9 +409,12 @@ class FreshSpans:
                 return
             self._kept.extend(kept)
             self._kept_rows += sum(k.table.num_rows for k in kept)
+            self._kept_bytes += sum(k.table.nbytes for k in kept)
             newest = max((k.stamp_ms for k in self._kept), default=0)
-            while self._kept and (self._kept_rows > MAX_HISTORY_ROWS or self._kept[0].stamp_ms < newest - HISTORY_MS):
-                self._kept_rows -= self._kept.pop(0).table.num_rows
+            while self._kept and (self._kept_bytes > MAX_HISTORY_BYTES or self._kept[0].stamp_ms < newest - HISTORY_MS):
+                gone = self._kept.pop(0)
+                self._kept_rows -= gone.table.num_rows
+                self._kept_bytes -= gone.table.nbytes
 
     @property
     def rows(self) -> int:
@@ -417,6 +424,10 @@ class FreshSpans:
     @property
     def kept_rows(self) -> int:
         return self._kept_rows
+
+    @property
+    def kept_bytes(self) -> int:
+        return self._kept_bytes
 
     @property
     def since_ms(self) -> int:

@@ -152,7 +152,8 @@ def main(argv=None) -> int:
             stats = fresh.stats
             print(f"the summariser's memory: {stats['windows']:,} runs' arrivals from memory, {stats['store']:,} from the "
                   f"store; traces that grew: {stats['grown']:,} with their earlier spans in memory, "
-                  f"{stats['grown_read']:,} read back")
+                  f"{stats['grown_read']:,} read back; kept for them at the end: {fresh.kept_rows:,} spans, "
+                  f"{fresh.kept_bytes / 2**20:,.1f} MiB")
     rows = []
     beat_total = 0.0
     for name, calls in cpu.items():

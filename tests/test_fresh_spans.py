@@ -333,3 +333,25 @@ def test_a_quiet_project_is_served_from_memory_from_its_first_spans_on(project_w
     assert fresh.stats["store"] == before["store"] + 2, "after a start-over, the store again"
     assert store.query("SELECT count() FROM traces FINAL WHERE project_id = {p:UInt64}", {"p": project.pk},
                        tag="tests.fresh_spans.count").scalar() == 3
+
+
+def test_the_spans_kept_for_traces_that_grow_are_bounded(project_with_key, monkeypatch):
+    """Over MAX_HISTORY_BYTES the oldest kept spans go: a trace whose earlier spans went is read back
+    (``Window.grown`` leaves it out)."""
+    store = get_store()
+    project, _ = project_with_key()
+    fresh = attach()
+    trace = llm_trace()
+    tid = trace[0]["trace_id"]
+    store.insert("spans", rows_of(project.pk, trace[1:]), tag="tests.fresh_spans.spans")
+    until = settle()
+    window = fresh.window(project.pk, fresh.since_ms, until, 10**9)
+    with np.errstate(over="ignore"):
+        digest = int(np.add.reduce(fresh_spans._copy_hashes(window.table), dtype=np.uint64)
+                     + np.uint64(CityHash64(PRICES_JSON.encode())))
+    monkeypatch.setattr(fresh_spans, "MAX_HISTORY_BYTES", 1)
+    fresh.consumed(project.pk, until, keep=[tid])
+    assert fresh.kept_rows == 0 and fresh.kept_bytes == 0
+    time.sleep(0.002)
+    store.insert("spans", rows_of(project.pk, trace[:1]), tag="tests.fresh_spans.spans")
+    assert fresh.window(project.pk, until, settle(), 10**9).grown({tid: digest}, PRICES_JSON) == []
