@@ -213,7 +213,8 @@ class Window:
         if len(trace_ids) != self._traces:  # not every trace of the window
             rows = rows.filter(pc.is_in(rows.column("trace_id"), value_set=pa.array(trace_ids, pa.string())))
         if self._grown is not None and self._grown.num_rows:
-            rows = pa.concat_tables([self._grown.select(rows.column_names), rows], promote_options="permissive")
+            rows = (pa.concat_tables([self._grown.select(rows.column_names), rows], promote_options="permissive")
+                    if rows.num_rows else self._grown)
         sid = rows.column("span_id")
         digest = _copy_hashes(rows)
 

@@ -39,6 +39,16 @@ class AsgiServer:
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.02)
 
+    def wait_idle(self, timeout=30.0):
+        """Wait until no connection is open and no request is being handled (a ceiling, not an
+        error): a page's teardown closes the browser, and the requests and websockets it had open
+        finish on the server's thread after that; the test database is flushed next, and a handler
+        still reading a table then makes SQLite refuse the flush ("database table is locked")."""
+        state = self.server.server_state
+        deadline = time.monotonic() + timeout
+        while (state.connections or state.tasks) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def stop(self):
         self.server.should_exit = True
         self.thread.join(timeout=10)

@@ -42,6 +42,7 @@ def page(asgi_server, monkeypatch):
         page.add_init_script(TRACK_SOCKETS)
         yield page
         browser.close()
+    asgi_server.wait_idle()  # before the test database is flushed
 
 
 def test_banner_appears_live_and_clears_on_resolve(page, asgi_server, make_user, project_with_key):

@@ -105,6 +105,7 @@ def page(browser, asgi_server):
     page.watch = watch
     yield page
     context.close()
+    asgi_server.wait_idle()  # before the test database is flushed
 
 
 def post_spans(server, key, spans):

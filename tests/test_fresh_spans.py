@@ -355,3 +355,23 @@ def test_the_spans_kept_for_traces_that_grow_are_bounded(project_with_key, monke
     time.sleep(0.002)
     store.insert("spans", rows_of(project.pk, trace[:1]), tag="tests.fresh_spans.spans")
     assert fresh.window(project.pk, until, settle(), 10**9).grown({tid: digest}, PRICES_JSON) == []
+
+
+def test_a_kept_trace_asked_for_in_a_window_without_arrivals(project_with_key):
+    """Found by the property test: a trace kept whole, asked for in a window where nothing of the
+    project arrived, gives its kept spans (the window's empty table has none of the columns)."""
+    store = get_store()
+    project, _ = project_with_key()
+    fresh = attach()
+    trace = llm_trace()
+    tid = trace[0]["trace_id"]
+    store.insert("spans", rows_of(project.pk, trace[1:]), tag="tests.fresh_spans.spans")
+    until = settle()
+    window = fresh.window(project.pk, fresh.since_ms, until, 10**9)
+    with np.errstate(over="ignore"):
+        digest = int(np.add.reduce(fresh_spans._copy_hashes(window.table), dtype=np.uint64)
+                     + np.uint64(CityHash64(PRICES_JSON.encode())))
+    fresh.consumed(project.pk, until, keep=[tid])
+    empty = fresh.window(project.pk, until, settle(), 10**9)
+    assert empty.spans == 0 and empty.grown({tid: digest}, PRICES_JSON) == [tid]
+    assert empty.spans_of([tid], PRICES_JSON).num_rows == 4

@@ -41,6 +41,7 @@ def page(browser, asgi_server):  # noqa: F811
     page.on("pageerror", lambda error: page.errors.append(str(error)))
     yield page
     context.close()
+    asgi_server.wait_idle()  # before the test database is flushed
 
 
 def only_local(page, server):

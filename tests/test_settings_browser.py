@@ -51,6 +51,7 @@ def page(browser, asgi_server):
     page.on("console", lambda msg: page.errors.append(msg.text) if msg.type == "error" else None)
     yield page
     context.close()
+    asgi_server.wait_idle()  # before the test database is flushed
 
 
 def _send_as_curl(curl: str) -> tuple[int, dict]:

@@ -29,6 +29,7 @@ def narrow_page(browser, asgi_server):  # noqa: F811
     page.on("pageerror", lambda error: page.errors.append(str(error)))
     yield page
     context.close()
+    asgi_server.wait_idle()  # before the test database is flushed
 
 
 def log_in(page, server, username, path):
