@@ -261,8 +261,6 @@ class FreshSpans:
         self._quiet: dict[int, int] = {}  # per project: from here on, what the memory missed held none of its spans
         self._writing = 0  # statements that write ``spans`` running now
         self._kept: list[_Kept] = []  # rootless traces' spans from summarised inserts, oldest first
-        self._kept_rows = 0
-        self._kept_bytes = 0
         self.stats = {"windows": 0, "store": 0, "resets": 0, "evicted": 0, "grown": 0, "grown_read": 0}
 
     # --- the store's write listener ------------------------------------------------------------
@@ -311,8 +309,6 @@ class FreshSpans:
             self._inserts.clear()
             self._rows = 0
             self._kept.clear()
-            self._kept_rows = 0
-            self._kept_bytes = 0
             self._floor.clear()
             self._quiet.clear()
             self._since_ms = _next_ms()
@@ -409,13 +405,10 @@ class FreshSpans:
             if since_ms != self._since_ms:  # a reset came in between: what was held may be gone from spans
                 return
             self._kept.extend(kept)
-            self._kept_rows += sum(k.table.num_rows for k in kept)
-            self._kept_bytes += sum(k.table.nbytes for k in kept)
+            size = sum(k.table.nbytes for k in self._kept)
             newest = max((k.stamp_ms for k in self._kept), default=0)
-            while self._kept and (self._kept_bytes > MAX_HISTORY_BYTES or self._kept[0].stamp_ms < newest - HISTORY_MS):
-                gone = self._kept.pop(0)
-                self._kept_rows -= gone.table.num_rows
-                self._kept_bytes -= gone.table.nbytes
+            while self._kept and (size > MAX_HISTORY_BYTES or self._kept[0].stamp_ms < newest - HISTORY_MS):
+                size -= self._kept.pop(0).table.nbytes
 
     @property
     def rows(self) -> int:
@@ -424,11 +417,11 @@ class FreshSpans:
 
     @property
     def kept_rows(self) -> int:
-        return self._kept_rows
+        return sum(k.table.num_rows for k in self._kept)
 
     @property
     def kept_bytes(self) -> int:
-        return self._kept_bytes
+        return sum(k.table.nbytes for k in self._kept)
 
     @property
     def since_ms(self) -> int:

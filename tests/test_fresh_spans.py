@@ -152,10 +152,10 @@ def test_the_summariser_reads_neither_the_arrivals_nor_a_new_traces_spans(projec
     assert fresh.rows == 0, "what was summarised is let go"
 
 
-def test_a_trace_that_grows_is_read_unless_the_copies_held_are_its_summarys(project_with_key):
-    """``Window.grown`` serves a trace's earlier spans from memory only where the copies kept add up
-    to its latest summary's digest (prices included): a copy missing, one too many, or a summary
-    made with another price table, and the trace is read."""
+def _children_held(project_with_key):
+    """A project whose trace's children (not its root) were stored and are held: (store, project,
+    memory, the trace, its id, the end of their window, the digest a summary of them carries, as
+    ClickHouse adds it up)."""
     store = get_store()
     project, _ = project_with_key()
     fresh = attach()
@@ -167,6 +167,14 @@ def test_a_trace_that_grows_is_read_unless_the_copies_held_are_its_summarys(proj
     with np.errstate(over="ignore"):  # the digest a summary of these copies carries, as ClickHouse adds it up
         digest = int(np.add.reduce(fresh_spans._copy_hashes(window.table), dtype=np.uint64)
                      + np.uint64(CityHash64(PRICES_JSON.encode())))
+    return store, project, fresh, trace, tid, until, digest
+
+
+def test_a_trace_that_grows_is_read_unless_the_copies_held_are_its_summarys(project_with_key):
+    """``Window.grown`` serves a trace's earlier spans from memory only where the copies kept add up
+    to its latest summary's digest (prices included): a copy missing, one too many, or a summary
+    made with another price table, and the trace is read."""
+    store, project, fresh, trace, tid, until, digest = _children_held(project_with_key)
     fresh.consumed(project.pk, until, keep=[tid])
     time.sleep(0.002)
     store.insert("spans", rows_of(project.pk, trace[:1]), tag="tests.fresh_spans.spans")
@@ -338,17 +346,7 @@ def test_a_quiet_project_is_served_from_memory_from_its_first_spans_on(project_w
 def test_the_spans_kept_for_traces_that_grow_are_bounded(project_with_key, monkeypatch):
     """Over MAX_HISTORY_BYTES the oldest kept spans go: a trace whose earlier spans went is read back
     (``Window.grown`` leaves it out)."""
-    store = get_store()
-    project, _ = project_with_key()
-    fresh = attach()
-    trace = llm_trace()
-    tid = trace[0]["trace_id"]
-    store.insert("spans", rows_of(project.pk, trace[1:]), tag="tests.fresh_spans.spans")
-    until = settle()
-    window = fresh.window(project.pk, fresh.since_ms, until, 10**9)
-    with np.errstate(over="ignore"):
-        digest = int(np.add.reduce(fresh_spans._copy_hashes(window.table), dtype=np.uint64)
-                     + np.uint64(CityHash64(PRICES_JSON.encode())))
+    store, project, fresh, trace, tid, until, digest = _children_held(project_with_key)
     monkeypatch.setattr(fresh_spans, "MAX_HISTORY_BYTES", 1)
     fresh.consumed(project.pk, until, keep=[tid])
     assert fresh.kept_rows == 0 and fresh.kept_bytes == 0
@@ -360,17 +358,7 @@ def test_the_spans_kept_for_traces_that_grow_are_bounded(project_with_key, monke
 def test_a_kept_trace_asked_for_in_a_window_without_arrivals(project_with_key):
     """Found by the property test: a trace kept whole, asked for in a window where nothing of the
     project arrived, gives its kept spans (the window's empty table has none of the columns)."""
-    store = get_store()
-    project, _ = project_with_key()
-    fresh = attach()
-    trace = llm_trace()
-    tid = trace[0]["trace_id"]
-    store.insert("spans", rows_of(project.pk, trace[1:]), tag="tests.fresh_spans.spans")
-    until = settle()
-    window = fresh.window(project.pk, fresh.since_ms, until, 10**9)
-    with np.errstate(over="ignore"):
-        digest = int(np.add.reduce(fresh_spans._copy_hashes(window.table), dtype=np.uint64)
-                     + np.uint64(CityHash64(PRICES_JSON.encode())))
+    store, project, fresh, trace, tid, until, digest = _children_held(project_with_key)
     fresh.consumed(project.pk, until, keep=[tid])
     empty = fresh.window(project.pk, until, settle(), 10**9)
     assert empty.spans == 0 and empty.grown({tid: digest}, PRICES_JSON) == [tid]
