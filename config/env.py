@@ -112,6 +112,7 @@ class Env:
     key_cache_ms: int = 500
     ingest_write_threads_set: int = 0  # 0: chosen by ingest_write_threads
     ingest_parse_processes: int = 0  # worker processes parsing native JSON batches (0: in process)
+    ingest_journal_set: str = "auto"  # auto|on|off: chosen by ingest_journal
     scrape_targets: tuple[str, ...] = ()  # inference engines' /metrics the embedded server scrapes
 
     @property
@@ -129,6 +130,13 @@ class Env:
         work, and there a second insert only made smaller parts (docs/BENCHMARKS.md, "two inserts
         at once"), so it runs one."""
         return self.ingest_write_threads_set or (1 if self.embedded_beat else 2)
+
+    @property
+    def ingest_journal(self) -> bool:
+        """Whether the ingest writer acknowledges concurrent span batches from its fsync'd journal
+        and inserts them together a moment later (``ingest.writer``). Auto: with the embedded store,
+        where it was measured (docs/BENCHMARKS.md, "the journal")."""
+        return self.ingest_journal_set == "on" or (self.ingest_journal_set == "auto" and self.embedded_store)
 
 
 def _get(environ, name: str) -> str | None:
@@ -389,6 +397,7 @@ def load(environ=None) -> Env:
         ingest_spool_max_bytes=_positive_int(environ, "TRACEDASH_INGEST_SPOOL_MAX_MB", 1024, maximum=10**7) * 1024 * 1024,
         ingest_write_threads_set=_positive_int(environ, "TRACEDASH_INGEST_WRITE_THREADS", 0, minimum=0, maximum=8),
         ingest_parse_processes=_positive_int(environ, "TRACEDASH_INGEST_PARSE_PROCESSES", 0, minimum=0, maximum=64),
+        ingest_journal_set=_choice(environ, "TRACEDASH_INGEST_JOURNAL", ("auto", "on", "off")),
         demo=_flag(environ, "TRACEDASH_DEMO", "1"),
         demo_simulator_port=_positive_int(environ, "TRACEDASH_DEMO_SIMULATOR_PORT", 0, minimum=0, maximum=65535),
         slow_query_ms=_positive_int(environ, "TRACEDASH_SLOW_QUERY_MS", 1000, minimum=0, maximum=86_400_000),

@@ -19,6 +19,17 @@ first, so a crash part-way through the deletions never re-sends a subset under a
 A segment whose batch the writer already tried to insert directly (``solo``) is always replayed
 alone with its own token: that first try may have been stored (a timeout after the commit), and only
 the same token dedups it.
+
+The journal. Under concurrent load the writer acknowledges a batch of spans once it is written here
+as a *journal* segment, ``<sequence>.jrn`` (an Arrow IPC stream whose schema metadata carries the
+table and the token; fsync'd and renamed into place as a segment is), and inserts the batches that
+accumulated in one statement a moment later (``ingest.writer``). Before that insert a manifest
+``<first sequence>.jgr`` fixes the group and its token; once ClickHouse took it, the manifest becomes a
+``.done`` and the files go, as for a replay group. The replayer never reads journal files while their
+process lives. When a spool is opened (a restart, or an orphan slot drained), its journal becomes
+spool segments: each ``.jgr`` a ``.grp`` over the same segments, re-sent first with the same token
+(its insert may have been stored before the crash), then every ``.jrn`` a ``.seg``, in sequence order;
+the writer does the same when ClickHouse refuses a journal insert (``adopt_journal``).
 """
 
 from __future__ import annotations
@@ -42,6 +53,9 @@ class SpoolFull(Exception):
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_ARROW_STREAM = b"\xff\xff\xff\xff"  # an Arrow IPC stream's first message starts so; msgpack never does
+JOURNAL = ".jrn"
+JOURNAL_GROUP = ".jgr"
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,7 @@ class Spool:
                 (self.directory / name).unlink(missing_ok=True)
             _fsync_dir(self.directory)
             done.unlink()
+        self._adopt_journal_files()  # a journal left by a process that stopped: segments to replay
         self._next = max((int(p.stem) for p in self.directory.glob("*.seg")), default=0) + 1
         for stale in self.directory.glob("*.tmp"):  # a write interrupted before its rename
             stale.unlink(missing_ok=True)
@@ -108,7 +123,7 @@ class Spool:
         """Slots with segments whose owner is gone (locked for us while we drain them)."""
         found = []
         for directory in sorted(root.glob("slot-*")):
-            if not any(directory.glob("*.seg")):
+            if not any(directory.glob("*.seg")) and not any(directory.glob("*" + JOURNAL)):
                 continue
             handle = _try_lock(directory)
             if handle is not None:
@@ -169,9 +184,89 @@ class Spool:
         return sorted(self.directory.glob("*.seg"))
 
     def read(self, path: Path) -> Segment:
-        payload = msgspec.msgpack.decode(path.read_bytes())
+        data = path.read_bytes()
+        if data[:4] == _ARROW_STREAM:  # a journal segment (Arrow), adopted into the spool
+            import pyarrow as pa
+
+            from store import Columns
+
+            arrow = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+            meta = arrow.schema.metadata or {}
+            return Segment(path=path, table=meta[b"tracedash.table"].decode(), token=meta[b"tracedash.token"].decode(),
+                           rows=Columns.from_arrow(arrow.replace_schema_metadata(None)),
+                           solo=meta.get(b"tracedash.solo") == b"1")
+        payload = msgspec.msgpack.decode(data)
         return Segment(path=path, table=payload["table"], token=payload["token"], rows=payload["rows"],
                        solo=payload.get("solo", True))  # segments from before groups: alone, as then
+
+    # --- the journal -------------------------------------------------------------------------
+    def journal(self, table: str, token: str, arrow) -> Path:
+        """Write one batch (a pyarrow table of ``table``'s insert columns) as a journal segment,
+        fsync'd: durable from the return on. Raises ``OSError`` (a full disk, say): the caller then
+        writes the batch the way it did before the journal."""
+        import pyarrow as pa
+
+        arrow = arrow.replace_schema_metadata({"tracedash.table": table, "tracedash.token": token,
+                                               "tracedash.solo": "0"})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, arrow.schema) as writer:
+            writer.write_table(arrow)
+        with self._lock:
+            sequence = self._next
+            self._next += 1
+        final = self.directory / f"{sequence:016d}{JOURNAL}"
+        _write_durably(self.directory, final, sink.getvalue())
+        return final
+
+    def fix_journal_group(self, table: str, token: str, paths: list[Path]) -> Path:
+        """The manifest of a journal insert (fsync'd), written before the insert is sent."""
+        manifest = paths[0].with_suffix(JOURNAL_GROUP)
+        _write_durably(self.directory, manifest,
+                       msgspec.msgpack.encode({"table": table, "token": token, "segments": [p.name for p in paths]}))
+        return manifest
+
+    def finish_journal_group(self, manifest: Path) -> None:
+        """ClickHouse took the journal insert: mark it done (atomic), then delete its files."""
+        done = manifest.with_suffix(".done")
+        os.rename(manifest, done)
+        _fsync_dir(self.directory)
+        for name in msgspec.msgpack.decode(done.read_bytes())["segments"]:
+            (self.directory / name).unlink(missing_ok=True)
+        done.unlink()
+        _fsync_dir(self.directory)
+
+    def adopt_journal(self, paths: list[Path], manifest: Path | None = None) -> None:
+        """Journal segments become spool segments, replayed by the replayer in sequence order; the
+        manifest of an insert that was tried becomes a replay group over them, re-sent first with
+        its token."""
+        with self._lock:
+            self._adopt(paths, manifest)
+            _fsync_dir(self.directory)
+
+    def _adopt(self, paths: list[Path], manifest: Path | None) -> None:
+        if manifest is not None:
+            payload = msgspec.msgpack.decode(manifest.read_bytes())
+            payload["segments"] = [Path(name).with_suffix(".seg").name for name in payload["segments"]]
+            _write_durably(self.directory, manifest.with_suffix(".grp"), msgspec.msgpack.encode(payload))
+        for path in paths:
+            target = path.with_suffix(".seg")
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:  # adopted before a crash that stopped short of the manifest's removal
+                continue
+            self._bytes += target.stat().st_size
+            self._count += 1
+        if manifest is not None:
+            manifest.unlink(missing_ok=True)
+
+    def _adopt_journal_files(self) -> None:
+        """At open: the journal of a process that stopped, as spool segments (see the module's doc)."""
+        self._bytes = self._count = 0  # counted again below, after the adoption
+        for manifest in sorted(self.directory.glob("*" + JOURNAL_GROUP)):
+            names = msgspec.msgpack.decode(manifest.read_bytes())["segments"]
+            self._adopt([self.directory / name for name in names], manifest)
+        self._adopt(sorted(self.directory.glob("*" + JOURNAL)), None)
+        _fsync_dir(self.directory)
 
     # --- replay groups -----------------------------------------------------------------------
     def pending_group(self) -> Group | None:

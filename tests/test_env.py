@@ -21,6 +21,7 @@ def test_unset_variables_mean_embedded_defaults(tmp_path):
     assert loaded.database["ENGINE"] == "django.db.backends.sqlite3"
     assert loaded.database["NAME"] == str(tmp_path / "tracedash.sqlite3")
     assert loaded.broker_url is None and loaded.embedded_beat
+    assert loaded.ingest_journal  # auto: on with the embedded store
     assert loaded.channel_layer_url is None
     assert (loaded.host, loaded.port) == ("127.0.0.1", 8000)
     # The generated secret key is kept, so sessions survive a restart.
@@ -44,7 +45,15 @@ def test_production_urls_are_parsed(tmp_path):
     assert loaded.database["ENGINE"] == "django.db.backends.postgresql"
     assert (loaded.database["HOST"], loaded.database["PORT"], loaded.database["NAME"]) == ("pg", "5433", "meta")
     assert loaded.broker_url == "redis://redis:6379/0" and not loaded.embedded_beat
+    assert not loaded.ingest_journal  # auto: off with a ClickHouse server
     assert loaded.port == 9000 and loaded.secret_key == "x" * 40
+
+
+@pytest.mark.parametrize("value, embedded, server", [("on", True, True), ("off", False, False), ("AUTO", True, False)])
+def test_the_ingest_journal_can_be_forced_either_way(tmp_path, value, embedded, server):
+    base = {"TRACEDASH_DATA_DIR": str(tmp_path), "TRACEDASH_INGEST_JOURNAL": value}
+    assert env.load(base).ingest_journal is embedded
+    assert env.load({**base, "TRACEDASH_CLICKHOUSE_URL": "clickhouse://ch/db"}).ingest_journal is server
 
 
 @pytest.mark.parametrize(
@@ -66,6 +75,7 @@ def test_production_urls_are_parsed(tmp_path):
         ("PORT", "70000", "from 1 to 65535"),
         ("TRACEDASH_CLICKHOUSE_CLUSTER", "a b", "cluster name"),
         ("TRACEDASH_SUMMARY_ENGINE", "pandas", "expected one of auto, arrays, sql"),
+        ("TRACEDASH_INGEST_JOURNAL", "sometimes", "expected one of auto, on, off"),
     ],
 )
 def test_bad_values_name_the_variable(tmp_path, variable, value, fragment):
