@@ -123,16 +123,20 @@ def _kill(writer: IngestWriter) -> None:
     writer.stop(30)
 
 
-def test_a_journal_left_by_a_dead_process_is_replayed_once(tmp_path, project_with_key):
+@pytest.mark.parametrize("restart", ["in the same slot", "in another slot, draining the dead one's"])
+def test_a_journal_left_by_a_dead_process_is_replayed_once(tmp_path, project_with_key, restart):
     project, _ = project_with_key()
     root = tmp_path / "spool"
+    other = Spool.claim(root, max_bytes=10**8) if restart.startswith("in another") else None  # holds slot-0
     dead = IngestWriter(Spool.claim(root, max_bytes=10**8), journal=True, journal_linger=3600, journal_rows=10**9,
                         replay_interval=3600)
     assert set(concurrently(dead, [rows_for(project.pk) for _ in range(5)])) == {Outcome.JOURNALED}
+    slot = dead.spool.directory
     _kill(dead)
-    assert len(list(root.glob("slot-0/*" + JOURNAL))) >= 1 and stored_rows(project.pk) == 0
-    writer = IngestWriter(Spool.claim(root, max_bytes=10**8), spool_root=root)
+    assert list(slot.glob("*" + JOURNAL)) and stored_rows(project.pk) == 0
+    writer = IngestWriter(other or Spool.claim(root, max_bytes=10**8), spool_root=root)
     try:
+        assert (writer.spool.directory == slot) is (other is None)
         wait_until(lambda: stored_rows(project.pk) == 25, timeout=30, message="the dead process's journal to replay")
         wait_until(lambda: not list(root.glob("slot-*/*.seg")), timeout=10, message="its segments to go")
         assert not list(root.glob("slot-*/*" + JOURNAL))
