@@ -40,6 +40,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from store import Columns, StoreError, StoreUnavailable, get_store
 from store.schema import TABLES
@@ -73,8 +74,8 @@ class _Request:
 @dataclass
 class _Journaled:
     table: str
-    rows: object  # store.Columns of Arrow arrays
-    path: object  # the journal segment
+    rows: Columns  # of Arrow arrays: what the insert reads in place
+    path: Path  # the journal segment
     token: str
     at: float  # time.monotonic() when journaled
 
@@ -270,7 +271,7 @@ class IngestWriter:
     def _journal_batch(self, table: str, rows, requests: list[_Request]) -> bool:
         """Journal the batch and answer its requests; False when it could not be journaled (the
         caller then writes it as before)."""
-        from store.backends import Columns, arrow_table
+        from store.backends import arrow_table
 
         with self._journal_cond:  # room first: at most journal_max_rows wait for the inserter
             while self._journaled_rows and self._journaled_rows + len(rows) > self.journal_max_rows:
