@@ -266,7 +266,8 @@ class IngestWriter:
         requests in the batch, or journaled rows still waiting, which it must not overtake), while
         ClickHouse takes inserts and nothing waits in the spool (that order is the spool's)."""
         return (self.journal and table == "spans" and not self._stopping and self._store_ok
-                and not self.spool.pending() and (len(requests) > 1 or self._journaled_rows > 0))
+                and not self.spool.pending() and (len(requests) > 1 or self._journaled_rows > 0)
+                and self._inserter.is_alive())
 
     def _journal_batch(self, table: str, rows, requests: list[_Request]) -> bool:
         """Journal the batch and answer its requests; False when it could not be journaled (the

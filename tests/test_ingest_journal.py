@@ -203,3 +203,42 @@ def test_journal_segments_read_back_as_the_columns_journaled(tmp_path, project_w
     assert isinstance(segment.rows, Columns)
     assert segment.rows.column("span_id").to_pylist() == [row["span_id"] for row in rows]
     assert segment.rows.column("attributes").to_pylist()[0] == list(rows[0]["attributes"].items())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("remembered_keys")
+def test_concurrent_posts_are_answered_from_the_journal_and_all_stored(project_with_key):
+    """Through the ASGI application and the process's own writer (journal on: the embedded store's
+    default): concurrent POSTs while an insert holds the store are journaled, each answered 200,
+    shown in /healthz, and every span is stored once after the flush."""
+    import json
+
+    from django.conf import settings as django_settings
+
+    from ingest.writer import get_writer
+    from tests.test_ingest_asgi import _call, _spans
+
+    assert django_settings.ENV.ingest_journal
+    project, raw = project_with_key()
+    auth = {"authorization": f"Bearer {raw}"}
+    writer = get_writer()
+    journaled = writer.stats["rows_journaled"]
+    slow = HeldStore(get_store().backend, hold=0.3)  # the first insert runs while the rest queue
+    real = store.set_store(slow)
+    answers = []
+    try:
+        threads = [threading.Thread(target=lambda: answers.append(_call("POST", "/api/v1/traces", _spans(2), auth)))
+                   for _ in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert [status for status, _, _ in answers] == [200] * 12
+        assert all(json.loads(body)["accepted"] == 10 for _, _, body in answers)
+        assert writer.stats["rows_journaled"] > journaled
+        status, _, body = _call("GET", "/healthz")
+        assert status == 200 and "journaled_rows" in json.loads(body)["checks"]["ingest"]
+        assert writer.flush(60)
+    finally:
+        store.set_store(real)
+    assert stored_rows(project.pk) == 120
