@@ -21,7 +21,7 @@ from config.live import group_send, nobody_listens
 from store import column_values
 
 from .schemas import SamplesIn, decode_envelope, parse_each, parse_engine_sample, parse_resource_sample
-from .writer import Outcome, get_writer
+from .writer import Outcome, current_writer, get_writer
 
 # Live events are best-effort: a Redis that accepts connections but answers nothing (frozen,
 # overloaded) must not hold up the acknowledgement of data that is already stored.
@@ -51,20 +51,52 @@ def spans_ingest(*, project_id: int, rows: list[dict]) -> Outcome | None:
     if not rows:
         return None
     outcome = get_writer().write("spans", rows)
-    async_to_sync(traces_notify_async)(project_id=project_id, rows=rows)
+    async_to_sync(traces_notify_async)(project_id=project_id, rows=rows, later=False)
     return outcome
 
 
-async def traces_notify_async(*, project_id: int, rows: list[dict]) -> None:
-    """Tell open dashboards which traces grew. The data is already stored: a live-update failure
-    is logged and never turns into an API error."""
+# Live events waiting for the journal's insert (strong references: the loop keeps only weak ones).
+_DEFERRED: set[asyncio.Task] = set()
+JOURNAL_WAIT_SECONDS = 30.0  # a journal insert taking longer than this is announced anyway
+
+
+async def traces_notify_async(*, project_id: int, rows: list[dict], later: bool = True) -> None:
+    """Tell open dashboards which traces grew; a live-update failure is logged and never turns
+    into an API error. The event makes a page read the store, so it goes once the spans are
+    readable: at once for spans stored before their answer, after the journal's next insert for
+    journaled ones (``IngestWriter.journal_barrier``): in a task of its own when ``later`` (the
+    answer does not wait), else awaited here."""
     if not rows:
         return
     try:
         layer = get_channel_layer()
         group = traces_group(project_id)
-        if layer is not None and not nobody_listens(layer, group):
-            await asyncio.wait_for(layer.group_send(group, _event(rows)), LIVE_SEND_TIMEOUT_SECONDS)
+        if layer is None or nobody_listens(layer, group):
+            return
+        writer = current_writer()
+        barrier = writer.journal_barrier() if writer is not None else None
+        if barrier is None:
+            await _traces_send(layer, group, rows, project_id)
+        elif later:
+            task = asyncio.get_running_loop().create_task(_traces_send(layer, group, rows, project_id, barrier))
+            _DEFERRED.add(task)
+            task.add_done_callback(_DEFERRED.discard)
+        else:
+            await _traces_send(layer, group, rows, project_id, barrier)
+    except Exception:  # noqa: BLE001 - logged, never swallowed silently
+        log.exception("live update for project %s failed", project_id)
+
+
+async def _traces_send(layer, group: str, rows, project_id: int, barrier=None) -> None:
+    try:
+        if barrier is not None:
+            try:
+                # Shielded: a wait given up must not cancel the batch's future other events wait on.
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(barrier)), JOURNAL_WAIT_SECONDS)
+            except asyncio.TimeoutError:
+                log.warning("live update for project %s sent before the journal's insert, which took over %.0f s",
+                            project_id, JOURNAL_WAIT_SECONDS)
+        await asyncio.wait_for(layer.group_send(group, _event(rows)), LIVE_SEND_TIMEOUT_SECONDS)
     except Exception:  # noqa: BLE001 - logged, never swallowed silently
         log.exception("live update for project %s failed", project_id)
 

@@ -78,6 +78,14 @@ class _Journaled:
     path: Path  # the journal segment
     token: str
     at: float  # time.monotonic() when journaled
+    inserted: Future = field(default_factory=Future)  # done once inserted (or handed to the spool)
+
+
+def _settle(entries) -> None:
+    """Mark journaled batches inserted (or handed on): their waiters go on."""
+    for entry in entries:
+        if not entry.inserted.done():
+            entry.inserted.set_result(None)
 
 
 def _group_rows(group):
@@ -154,6 +162,7 @@ class IngestWriter:
         self._journal_cond = threading.Condition()
         self._inserter_stop = False
         self._flushes = 0  # callers of flush() waiting: the inserter goes at once
+        self._last_journaled: Future | None = None  # the newest journaled batch's ``inserted``
         self.stats.update(rows_journaled=0, journal_inserts=0, journal_adopted=0)
         self._threads = [
             *(threading.Thread(target=self._write_loop, name=f"tracedash-writer-{n}", daemon=True)
@@ -285,9 +294,11 @@ class IngestWriter:
         except (StoreError, OSError) as exc:  # values the table cannot take, a full disk: as before
             log.warning("could not journal %d %s rows (%s); writing them directly", len(rows), table, exc)
             return False
+        entry = _Journaled(table, Columns.from_arrow(arrow), path, token, time.monotonic())
         with self._journal_cond:
-            self._journaled.append(_Journaled(table, Columns.from_arrow(arrow), path, token, time.monotonic()))
+            self._journaled.append(entry)
             self._journaled_rows += len(rows)
+            self._last_journaled = entry.inserted
             self._journal_cond.notify_all()
         self._count(rows_journaled=len(rows))
         for request in requests:
@@ -323,6 +334,7 @@ class IngestWriter:
                 with self._journal_cond:
                     self._journal_inserting = 0
                     self._journal_cond.notify_all()
+                _settle(taken)
 
     def _insert_journaled(self, taken: list[_Journaled]) -> None:
         table = taken[0].table
@@ -364,8 +376,18 @@ class IngestWriter:
             log.exception("cannot move %d journal batches to the spool; they stay in the journal until the "
                           "next start", len(entries))
             return
+        finally:
+            _settle(later)  # (``taken`` by the inserter's loop)
         self._count(journal_adopted=len(entries), rows_spooled=sum(len(entry.rows) for entry in entries))
         self._replay_wakeup.set()
+
+    def journal_barrier(self) -> Future | None:
+        """A future done once every batch journaled until now is inserted (or handed to the spool),
+        or None when none waits: what a live event announcing journaled spans waits for, so that
+        the page it makes read finds them. The inserter takes batches in order, so the newest
+        batch's insertion covers every earlier one."""
+        last = self._last_journaled
+        return None if last is None or last.done() else last
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Insert every journaled batch now and wait for it (or its hand-off to the spool): what

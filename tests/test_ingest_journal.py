@@ -242,3 +242,45 @@ def test_concurrent_posts_are_answered_from_the_journal_and_all_stored(project_w
     finally:
         store.set_store(real)
     assert stored_rows(project.pk) == 120
+
+
+def test_the_live_event_of_journaled_spans_goes_once_they_are_readable(tmp_path, project_with_key, monkeypatch):
+    """A page refreshes on the ``traces.ingested`` event by reading the store: for journaled spans
+    the event waits for the journal's insert (the answer does not)."""
+    import asyncio
+
+    from channels.layers import InMemoryChannelLayer
+
+    from ingest import services, writer as writer_module
+
+    project, _ = project_with_key()
+    writer = held_writer(tmp_path)
+    monkeypatch.setattr(writer_module, "_writer", writer)  # the process's writer, as current_writer() finds it
+    layer = InMemoryChannelLayer()
+    monkeypatch.setattr(services, "get_channel_layer", lambda: layer)
+    readable_when_sent = []
+
+    async def record(group, message):
+        readable_when_sent.append(stored_rows(project.pk))
+
+    monkeypatch.setattr(layer, "group_send", record)
+    group = services.traces_group(project.pk)
+    batches = [rows_for(project.pk) for _ in range(3)]
+
+    async def scenario():
+        await layer.group_add(group, "specific.test!page")
+        assert set(concurrently(writer, batches)) == {Outcome.JOURNALED}
+        await services.traces_notify_async(project_id=project.pk, rows=Columns.from_rows(list(batches[0][0]),
+                                                                                          batches[0]))
+        assert readable_when_sent == [] and len(services._DEFERRED) == 1  # answered; the event waits
+        await asyncio.sleep(0.3)
+        assert readable_when_sent == []
+        await asyncio.get_running_loop().run_in_executor(None, writer.flush, 30)
+        await asyncio.wait_for(asyncio.gather(*services._DEFERRED), 30)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        writer.stop()
+    assert readable_when_sent == [15]  # sent once, after every journaled span was readable
+    assert writer.journal_barrier() is None
