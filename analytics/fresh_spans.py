@@ -405,7 +405,7 @@ class FreshSpans:
             if since_ms != self._since_ms:  # a reset came in between: what was held may be gone from spans
                 return
             self._kept.extend(kept)
-            size = sum(k.table.nbytes for k in self._kept)
+            size = self.kept_bytes
             newest = max((k.stamp_ms for k in self._kept), default=0)
             while self._kept and (size > MAX_HISTORY_BYTES or self._kept[0].stamp_ms < newest - HISTORY_MS):
                 size -= self._kept.pop(0).table.nbytes

@@ -75,9 +75,7 @@ async def traces_notify_async(*, project_id: int, rows: list[dict], later: bool 
             return
         writer = current_writer()
         barrier = writer.journal_barrier() if writer is not None else None
-        if barrier is None:
-            await _traces_send(layer, group, rows, project_id)
-        elif later:
+        if barrier is not None and later:
             task = asyncio.get_running_loop().create_task(_traces_send(layer, group, rows, project_id, barrier))
             _DEFERRED.add(task)
             task.add_done_callback(_DEFERRED.discard)

@@ -91,10 +91,7 @@ class Spool:
         self._lock_handle = None
         self.directory.mkdir(parents=True, exist_ok=True)
         for done in sorted(self.directory.glob("*.done")):  # a group was stored, its deletions interrupted
-            for name in msgspec.msgpack.decode(done.read_bytes())["segments"]:
-                (self.directory / name).unlink(missing_ok=True)
-            _fsync_dir(self.directory)
-            done.unlink()
+            self._finish_done(done, _unlink)  # (the segments are counted below, after this)
         self._adopt_journal_files()  # a journal left by a process that stopped: segments to replay
         self._next = max((int(p.stem) for p in self.directory.glob("*.seg")), default=0) + 1
         for stale in self.directory.glob("*.tmp"):  # a write interrupted before its rename
@@ -230,10 +227,7 @@ class Spool:
         done = manifest.with_suffix(".done")
         os.rename(manifest, done)
         _fsync_dir(self.directory)
-        for name in msgspec.msgpack.decode(done.read_bytes())["segments"]:
-            (self.directory / name).unlink(missing_ok=True)
-        done.unlink()
-        _fsync_dir(self.directory)
+        self._finish_done(done, _unlink)  # journal files are not counted in the spool's size
 
     def adopt_journal(self, paths: list[Path], manifest: Path | None = None) -> None:
         """Journal segments become spool segments, replayed by the replayer in sequence order; the
@@ -298,7 +292,7 @@ class Spool:
         done = group.manifest.with_suffix(".done")
         os.rename(group.manifest, done)
         _fsync_dir(self.directory)
-        self._finish_done(done)
+        self._finish_done(done, self.remove)
 
     def drop_group(self, group: Group) -> None:
         """Forget a group ClickHouse refused as data (nothing of it was stored): its segments stay
@@ -306,10 +300,12 @@ class Spool:
         group.manifest.unlink(missing_ok=True)
         _fsync_dir(self.directory)
 
-    def _finish_done(self, done: Path) -> None:
+    def _finish_done(self, done: Path, remove) -> None:
+        """A stored group's files deleted with ``remove``, then its ``.done`` mark."""
         payload = msgspec.msgpack.decode(done.read_bytes())
         for name in payload["segments"]:
-            self.remove(self.directory / name)
+            remove(self.directory / name)
+        _fsync_dir(self.directory)
         done.unlink()
         _fsync_dir(self.directory)
 
@@ -337,6 +333,10 @@ class Spool:
             self._bytes -= size
             self._count -= 1
         return target
+
+
+def _unlink(path: Path) -> None:
+    path.unlink(missing_ok=True)
 
 
 def _try_lock(directory: Path):

@@ -586,8 +586,8 @@ class IngestWriter:
     def health(self) -> dict:
         with self._cond:
             queued = self._queued_rows
-        return {"queued_rows": queued, "journaled_rows": self._journaled_rows, "spooled_segments": self.spool.pending(), "spool_bytes": self.spool.size_bytes,
-                "spool_limit_bytes": self.spool.max_bytes, "spool_disk_full": self.spool.disk_full, **self.stats}
+        return {"queued_rows": queued, "journaled_rows": self._journaled_rows, "spooled_segments": self.spool.pending(),
+                "spool_bytes": self.spool.size_bytes, "spool_limit_bytes": self.spool.max_bytes, "spool_disk_full": self.spool.disk_full, **self.stats}
 
     def stop(self, timeout: float = 120.0) -> bool:
         """Finish what is queued (every queued request is answered: stored or spooled), then stop
