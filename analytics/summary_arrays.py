@@ -76,13 +76,19 @@ def _group_sum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.add.reduceat(values, starts)
 
 
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """The index of the first element of each run of equal values (``values`` sorted, not empty)."""
+    return np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+
+
 def _first_where(mask: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
     """Per group, the index of its first row where ``mask`` holds, or -1 (rows sorted by group)."""
     first = np.full(n_groups, -1, dtype=np.int64)
     rows = np.flatnonzero(mask)
     if len(rows):
-        groups, at = np.unique(group[rows], return_index=True)
-        first[groups] = rows[at]
+        groups = group[rows]
+        at = _run_starts(groups)
+        first[groups[at]] = rows[at]
     return first
 
 
@@ -90,6 +96,11 @@ def _pick(array: pa.Array, index: np.ndarray, default):
     """``array[index]`` as Python values, ``default`` where the index is -1."""
     taken = array.take(pa.array(np.where(index >= 0, index, 0))).to_pylist()
     return [value if i >= 0 else default for value, i in zip(taken, index.tolist())]
+
+
+# ``_distinct_sorted`` marks (trace, word) pairs in a table of this many cells beyond 8 a span
+# instead of sorting them
+DENSE_PAIRS = 1 << 20
 
 
 def _distinct_sorted(codes: np.ndarray, words: list[str], trace: np.ndarray, starts: np.ndarray) -> pa.ListArray:
@@ -100,7 +111,15 @@ def _distinct_sorted(codes: np.ndarray, words: list[str], trace: np.ndarray, sta
     rank = np.empty(len(words), dtype=np.int64)
     rank[ordered] = np.arange(len(words))
     keep = np.array([w != "" for w in words] or [False], dtype=bool)[codes]
-    pairs = np.unique(trace[keep] * width + rank[codes[keep]])  # sorted: by trace, then word
+    pairs = trace[keep] * width + rank[codes[keep]]
+    if n_traces * width <= 8 * len(codes) + DENSE_PAIRS:
+        # a mark per (trace, word) and the marked ones in order: no sort (services, models and
+        # phases are a few words each)
+        present = np.zeros(n_traces * width, dtype=bool)
+        present[pairs] = True
+        pairs = np.flatnonzero(present)
+    else:
+        pairs = np.unique(pairs)  # sorted: by trace, then word
     offsets = np.zeros(n_traces + 1, dtype=np.int32)
     np.cumsum(np.bincount(pairs // width, minlength=n_traces), out=offsets[1:])
     flat = pa.array([words[i] for i in ordered] or [""], type=pa.string()).take(pa.array(pairs % width))
@@ -307,8 +326,9 @@ def traces_from_spans(raw: pa.Table, *, project_id: int, version: int, prices=No
     root = np.full(n_traces, -1, dtype=np.int64)
     if len(cand):
         order = np.lexsort((cand, -dur[cand], trace[cand]))
-        groups, at = np.unique(trace[cand][order], return_index=True)
-        root[groups] = cand[order][at]
+        groups = trace[cand][order]
+        at = _run_starts(groups)
+        root[groups[at]] = cand[order][at]
     has_root = root >= 0
     min_st = np.minimum.reduceat(st, starts)
     max_en = np.maximum.reduceat(en, starts)

@@ -118,7 +118,7 @@ class IngestWriter:
                  linger: float = 0.03, max_queued_rows: int = 400_000, replay_interval: float = 0.5,
                  tail_bytes: int = 8 << 20, tail_wait: float = 2.0, replay_group_rows: int | None = None,
                  write_threads: int = 2, parallel_min_rows: int = 2_000, journal: bool = False,
-                 journal_rows: int = 5_000, journal_linger: float = 0.2, journal_max_rows: int = 50_000):
+                 journal_rows: int = 20_000, journal_linger: float = 0.5, journal_max_rows: int = 50_000):
         self.spool = spool
         self.spool_root = spool_root
         self.max_batch_rows = max_batch_rows
@@ -153,6 +153,9 @@ class IngestWriter:
                       "replay_rounds": 0, "tail_drains": 0, "replay_failures": 0, "segments_quarantined": 0}
         self._refusals: dict = {}
         self.journal = journal
+        # 20,000 rows or 0.5 s, not 5,000 or 0.2 s: json-1000 then went to ~21,000 rows an insert
+        # (from ~7,700) and the store's merges, a third of the server's CPU with the beat on, fell
+        # from 13.8 to 8.3 CPU-seconds in 25 s (docs/BENCHMARKS.md "2026-12-06, night").
         self.journal_rows = journal_rows
         self.journal_linger = journal_linger
         self.journal_max_rows = journal_max_rows
