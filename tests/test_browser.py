@@ -120,6 +120,27 @@ def post_spans(server, key, spans):
     return body
 
 
+def writer_state() -> str:
+    """The ingest writer's state, for a failure message (a page that did not find what a test sent)."""
+    from ingest.writer import current_writer
+
+    writer = current_writer()
+    if writer is None:
+        return "no writer started"
+    return (f"spool pending {writer.spool.pending()}, journaled rows {writer._journaled_rows}, "
+            f"store ok {writer._store_ok}, stats {dict(writer.stats)}")
+
+
+def open_page(page, url, ready: str):
+    """Go to ``url`` and wait for ``ready`` (a JS expression) to be true. A page that answered with
+    an error fails at once, saying what it showed and what the ingest writer held."""
+    response = page.goto(url)
+    if response is None or not response.ok:
+        text = page.locator("body").inner_text()[:800]
+        raise AssertionError(f"{url} answered {response and response.status}: {text!r}; writer: {writer_state()}")
+    page.wait_for_function(f"() => {ready}")
+
+
 def log_in(page, server, username, password=PASSWORD):
     page.goto(f"{server.url}/traces/")
     expect(page).to_have_url(re.compile(r"/login/\?next=/traces/$"))

@@ -11,13 +11,14 @@ import urllib.request
 import pytest
 
 from analytics.scores import trace_scores
-from tests.test_browser import PASSWORD, browser, log_in, page, post_spans  # noqa: F401
+from tests.test_browser import PASSWORD, browser, log_in, open_page, page, post_spans  # noqa: F401
 
 from playwright.sync_api import expect  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
 TRACE = "1234abcd" * 4
 HOSTILE = '<img src=x onerror="window.hacked=1">'
+REVIEW_READY = "document.getElementById('trace-review')?.dataset.state === 'ready'"
 
 
 def post_scores(server, key, scores):
@@ -35,7 +36,7 @@ def rows(page):
 
 
 def saved(page):
-    page.wait_for_function("() => document.getElementById('trace-review').dataset.state === 'saved'")
+    page.wait_for_function("() => document.getElementById('trace-review')?.dataset.state === 'saved'")
 
 
 def test_review_good_then_rate_then_rate_again(page, asgi_server, make_user, project_with_key):
@@ -50,8 +51,7 @@ def test_review_good_then_rate_then_rate_again(page, asgi_server, make_user, pro
                                     "source": "eval", "author": "judge"}])
 
     log_in(page, asgi_server, "rita")
-    page.goto(f"{asgi_server.url}/traces/{TRACE}/?project={project.pk}")
-    page.wait_for_function("() => document.getElementById('trace-review').dataset.state === 'ready'")
+    open_page(page, f"{asgi_server.url}/traces/{TRACE}/?project={project.pk}", REVIEW_READY)
     [late] = rows(page)
     assert late[:5] == [HOSTILE, "meh", "eval", "judge", HOSTILE]  # shown as text, not markup
 
@@ -72,7 +72,7 @@ def test_review_good_then_rate_then_rate_again(page, asgi_server, make_user, pro
     page.click("#review-bad")
     saved(page)
     page.reload()
-    page.wait_for_function("() => document.getElementById('trace-review').dataset.state === 'ready'")
+    page.wait_for_function(f"() => {REVIEW_READY}")
     by_name = {}
     for r in rows(page):
         assert r[0] not in by_name, rows(page)
@@ -99,8 +99,7 @@ def test_a_non_member_cannot_review_another_projects_trace(page, asgi_server, ma
     post_spans(asgi_server, my_key, [{"trace_id": mine_trace, "span_id": "00000000000000a2", "name": "POST /mine",
                                       "start_time": time.time_ns(), "duration_ms": 5}])
     log_in(page, asgi_server, "mallory")
-    page.goto(f"{asgi_server.url}/traces/{mine_trace}/?project={mine.pk}")
-    page.wait_for_function("() => document.getElementById('trace-review').dataset.state === 'ready'")
+    open_page(page, f"{asgi_server.url}/traces/{mine_trace}/?project={mine.pk}", REVIEW_READY)
     token = page.locator("#trace-review [name=csrfmiddlewaretoken]").input_value()
     assert token
     send = """async ([url, token]) => {
