@@ -117,7 +117,25 @@ def post_spans(server, key, spans):
         assert response.status == 200
         body = json.loads(response.read())
     assert body == {"accepted": len(spans), "rejected": []}, body
+    settle_writer()
     return body
+
+
+def settle_writer():
+    """Wait until what the writer acknowledged is in ClickHouse. A lone request is (ingest.writer),
+    but one that arrives while journaled rows wait, or while an earlier test's batch waits in the
+    spool, is acknowledged before it is readable; the pages a test opens next must find it."""
+    from ingest.writer import current_writer
+    from tests.conftest import wait_until
+
+    writer = current_writer()
+    if writer is None:
+        return
+    assert writer.flush(timeout=90), f"the journal was not inserted in 90 s; writer: {writer_state()}"
+    if writer.spool.pending():
+        writer._replay_wakeup.set()
+        wait_until(lambda: writer.spool.pending() == 0, timeout=90,
+                   message=f"the spool to drain; writer: {writer_state()}")
 
 
 def writer_state() -> str:
