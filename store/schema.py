@@ -83,7 +83,7 @@ class Table:
         lines.append(f"ORDER BY {self.order_by}")
         if self.ttl:
             lines.append("TTL " + self.ttl.format(retention_days=int(retention_days)))
-        settings = self.settings
+        settings = ", ".join(part for part in (self.settings, CLEANUP_SETTINGS) if part)
         if cluster and settings:
             # Replicated tables keep their insert hashes in Keeper (replicated_deduplication_window);
             # non_replicated_deduplication_window does not apply to them.
@@ -153,6 +153,15 @@ POINT_READ_GRANULES = "index_granularity = 1024, min_compress_block_size = 4096,
 # (ClickHouse's default): under many small ingest batches each span is rewritten fewer times
 # (migration 0023; docs/BENCHMARKS.md "Merges of small parts").
 SPANS_MERGE_SETTINGS = "merge_selector_base = 20"
+# Every table's outdated parts (those a merge replaced) are removed by its cleanup thread, which
+# waits longer after each round that found little to remove: up to 300 s (ClickHouse's
+# max_cleanup_delay_period). Under steady ingestion the merges' outdated parts then pile up between
+# rounds, each keeping its metadata in memory (700 in five minutes at 20,500 spans/s in the embedded
+# store), and a round that finds over 100 removes them on up to 128 new threads, which stay in the
+# process: its RSS grew ~12 MiB a minute and by a hundred threads at once. Rounds every 5-10 s keep
+# them under ~60 and the RSS flat (migration 0025; docs/BENCHMARKS.md "Outdated parts"). A round
+# costs a listing of the table's parts; on a server, parts still wait ``old_parts_lifetime``.
+CLEANUP_SETTINGS = "cleanup_delay_period = 5, max_cleanup_delay_period = 10"
 DIM_VALUE_MAX = 256  # the longest attribute value that groups (spans.dims)
 _SHORT = f"(k, v) -> v != '' AND length(v) <= {DIM_VALUE_MAX}"
 DIMS_DEFAULT = f"mapUpdate(mapFilter({_SHORT}, resource_attributes), mapFilter({_SHORT}, attributes))"

@@ -33,7 +33,7 @@ ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/spa
 PARTITION BY toDate(start_time)
 ORDER BY (project_id, service, start_time, trace_id, span_id)
 TTL toDateTime(start_time) + toIntervalDay(30)
-SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, ttl_only_drop_parts = 1, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800, merge_selector_base = 20;
+SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, ttl_only_drop_parts = 1, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800, merge_selector_base = 20, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS spans ON CLUSTER `tracedash` AS spans_local
 ENGINE = Distributed('tracedash', 'tracedash', spans_local, cityHash64(trace_id));
@@ -62,7 +62,7 @@ ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/resource_sam
 PARTITION BY toDate(time)
 ORDER BY (project_id, host, gpu_index, time)
 TTL toDateTime(time) + toIntervalDay(30)
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800;
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS resource_samples ON CLUSTER `tracedash` AS resource_samples_local
 ENGINE = Distributed('tracedash', 'tracedash', resource_samples_local, cityHash64(project_id, host, gpu_index));

@@ -41,7 +41,7 @@ ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/rol
 PARTITION BY toDate(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(30)
-SETTINGS index_granularity = 1024, ttl_only_drop_parts = 1;
+SETTINGS index_granularity = 1024, ttl_only_drop_parts = 1, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_minute ON CLUSTER `tracedash` AS rollup_minute_local
 ENGINE = Distributed('tracedash', 'tracedash', rollup_minute_local, cityHash64(project_id, bucket, service, model));
@@ -89,7 +89,7 @@ ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/rol
 PARTITION BY toYYYYMM(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(400)
-SETTINGS index_granularity = 128;
+SETTINGS index_granularity = 128, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_hour ON CLUSTER `tracedash` AS rollup_hour_local
 ENGINE = Distributed('tracedash', 'tracedash', rollup_hour_local, cityHash64(project_id, bucket, service, model));
@@ -137,7 +137,7 @@ ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/rol
 PARTITION BY toYear(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(1830)
-SETTINGS index_granularity = 128;
+SETTINGS index_granularity = 128, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_day ON CLUSTER `tracedash` AS rollup_day_local
 ENGINE = Distributed('tracedash', 'tracedash', rollup_day_local, cityHash64(project_id, bucket, service, model));
@@ -151,7 +151,7 @@ CREATE TABLE IF NOT EXISTS rollup_dirty_local ON CLUSTER `tracedash`
 ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/rollup_dirty_local', '{replica}')
 ORDER BY (project_id, marked_at)
 TTL toDateTime(marked_at) + toIntervalDay(3)
-SETTINGS index_granularity = 8192;
+SETTINGS index_granularity = 8192, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_dirty ON CLUSTER `tracedash` AS rollup_dirty_local
 ENGINE = Distributed('tracedash', 'tracedash', rollup_dirty_local, cityHash64(project_id, bucket));
@@ -164,7 +164,7 @@ CREATE TABLE IF NOT EXISTS task_watermarks_local ON CLUSTER `tracedash`
 )
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/task_watermarks_local', '{replica}', value)
 ORDER BY (project_id, job)
-SETTINGS index_granularity = 8192;
+SETTINGS index_granularity = 8192, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS task_watermarks ON CLUSTER `tracedash` AS task_watermarks_local
 ENGINE = Distributed('tracedash', 'tracedash', task_watermarks_local, cityHash64(project_id, job));

@@ -41,7 +41,7 @@ ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/rol
 PARTITION BY toYYYYMM(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(400)
-SETTINGS index_granularity = 32;
+SETTINGS index_granularity = 32, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_hour_all ON CLUSTER `tracedash` AS rollup_hour_all_local
 ENGINE = Distributed('tracedash', 'tracedash', rollup_hour_all_local, cityHash64(project_id, bucket, service, model));
@@ -89,7 +89,7 @@ ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/rol
 PARTITION BY toYear(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(1830)
-SETTINGS index_granularity = 32;
+SETTINGS index_granularity = 32, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_day_all ON CLUSTER `tracedash` AS rollup_day_all_local
 ENGINE = Distributed('tracedash', 'tracedash', rollup_day_all_local, cityHash64(project_id, bucket, service, model));

@@ -41,7 +41,7 @@ ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/rol
 PARTITION BY toYYYYMM(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(400)
-SETTINGS index_granularity = 64;
+SETTINGS index_granularity = 64, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_6h ON CLUSTER `tracedash` AS rollup_6h_local
 ENGINE = Distributed('tracedash', 'tracedash', rollup_6h_local, cityHash64(project_id, bucket, service, model));
@@ -89,7 +89,7 @@ ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/rol
 PARTITION BY toYYYYMM(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(400)
-SETTINGS index_granularity = 32;
+SETTINGS index_granularity = 32, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_6h_all ON CLUSTER `tracedash` AS rollup_6h_all_local
 ENGINE = Distributed('tracedash', 'tracedash', rollup_6h_all_local, cityHash64(project_id, bucket, service, model));

@@ -22,7 +22,7 @@ ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/{database}/r
 PARTITION BY toDate(bucket)
 ORDER BY (project_id, host, gpu_index, bucket)
 TTL bucket + toIntervalDay(30)
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1;
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS resource_minute ON CLUSTER `tracedash` AS resource_minute_local
 ENGINE = Distributed('tracedash', 'tracedash', resource_minute_local, cityHash64(project_id, host, gpu_index));

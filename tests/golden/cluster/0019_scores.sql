@@ -17,7 +17,7 @@ CREATE TABLE IF NOT EXISTS scores_local ON CLUSTER `tracedash`
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/scores_local', '{replica}', ingested_at)
 ORDER BY (project_id, trace_id, span_id, name, score_id)
 TTL toDateTime(time) + toIntervalDay(30)
-SETTINGS index_granularity = 8192, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800;
+SETTINGS index_granularity = 8192, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS scores ON CLUSTER `tracedash` AS scores_local
 ENGINE = Distributed('tracedash', 'tracedash', scores_local, cityHash64(trace_id));

@@ -33,7 +33,7 @@ ENGINE = ReplacingMergeTree(ingested_at)
 PARTITION BY toDate(start_time)
 ORDER BY (project_id, service, start_time, trace_id, span_id)
 TTL toDateTime(start_time) + toIntervalDay(30)
-SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000, merge_selector_base = 20;
+SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000, merge_selector_base = 20, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS resource_samples
 (
@@ -59,5 +59,5 @@ ENGINE = MergeTree
 PARTITION BY toDate(time)
 ORDER BY (project_id, host, gpu_index, time)
 TTL toDateTime(time) + toIntervalDay(30)
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000;
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 

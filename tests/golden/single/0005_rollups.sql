@@ -41,7 +41,7 @@ ENGINE = ReplacingMergeTree(version)
 PARTITION BY toDate(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(30)
-SETTINGS index_granularity = 1024, ttl_only_drop_parts = 1;
+SETTINGS index_granularity = 1024, ttl_only_drop_parts = 1, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_hour
 (
@@ -86,7 +86,7 @@ ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYYYYMM(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(400)
-SETTINGS index_granularity = 128;
+SETTINGS index_granularity = 128, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_day
 (
@@ -131,7 +131,7 @@ ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYear(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(1830)
-SETTINGS index_granularity = 128;
+SETTINGS index_granularity = 128, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_dirty
 (
@@ -142,7 +142,7 @@ CREATE TABLE IF NOT EXISTS rollup_dirty
 ENGINE = MergeTree
 ORDER BY (project_id, marked_at)
 TTL toDateTime(marked_at) + toIntervalDay(3)
-SETTINGS index_granularity = 8192;
+SETTINGS index_granularity = 8192, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS task_watermarks
 (
@@ -152,5 +152,5 @@ CREATE TABLE IF NOT EXISTS task_watermarks
 )
 ENGINE = ReplacingMergeTree(value)
 ORDER BY (project_id, job)
-SETTINGS index_granularity = 8192;
+SETTINGS index_granularity = 8192, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 

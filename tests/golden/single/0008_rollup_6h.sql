@@ -41,7 +41,7 @@ ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYYYYMM(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(400)
-SETTINGS index_granularity = 64;
+SETTINGS index_granularity = 64, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS rollup_6h_all
 (
@@ -86,5 +86,5 @@ ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYYYYMM(bucket)
 ORDER BY (project_id, bucket, service, model)
 TTL bucket + toIntervalDay(400)
-SETTINGS index_granularity = 32;
+SETTINGS index_granularity = 32, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 

@@ -22,7 +22,7 @@ ENGINE = AggregatingMergeTree
 PARTITION BY toDate(bucket)
 ORDER BY (project_id, host, gpu_index, bucket)
 TTL bucket + toIntervalDay(30)
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1;
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS resource_hour_mv TO resource_hour AS SELECT project_id, toStartOfHour(bucket) AS bucket, host, gpu_index,
     anyLast(gpu_name) AS gpu_name,

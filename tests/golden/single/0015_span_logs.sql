@@ -16,5 +16,5 @@ ENGINE = MergeTree
 PARTITION BY toDate(time)
 ORDER BY (project_id, trace_id, time)
 TTL toDateTime(time) + toIntervalDay(30)
-SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000;
+SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 

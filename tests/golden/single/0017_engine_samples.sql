@@ -14,5 +14,5 @@ ENGINE = MergeTree
 PARTITION BY toDate(time)
 ORDER BY (project_id, metric, engine, target, model, le, time)
 TTL toDateTime(time) + toIntervalDay(30)
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000;
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 

@@ -17,5 +17,5 @@ CREATE TABLE IF NOT EXISTS scores
 ENGINE = ReplacingMergeTree(ingested_at)
 ORDER BY (project_id, trace_id, span_id, name, score_id)
 TTL toDateTime(time) + toIntervalDay(30)
-SETTINGS index_granularity = 8192, non_replicated_deduplication_window = 10000;
+SETTINGS index_granularity = 8192, non_replicated_deduplication_window = 10000, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 

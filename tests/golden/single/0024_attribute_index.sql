@@ -9,7 +9,7 @@ CREATE TABLE IF NOT EXISTS dim_keys
 )
 ENGINE = ReplacingMergeTree(version)
 ORDER BY (project_id, key)
-SETTINGS index_granularity = 8192;
+SETTINGS index_granularity = 8192, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS span_key_values
 (
@@ -23,5 +23,5 @@ ENGINE = MergeTree
 PARTITION BY toDate(start_time)
 ORDER BY (project_id, key, value, start_time)
 TTL toDateTime(start_time) + toIntervalDay(30)
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1;
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
