@@ -152,3 +152,8 @@ def wait_until(predicate, timeout=60.0, interval=0.05, message="condition"):
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
 
+
+def spool_drained(writer, timeout=60.0, message="the spool to drain"):
+    """Wake ``writer``'s replayer now (not after its back-off) and wait until its spool is empty."""
+    writer._replay_wakeup.set()
+    wait_until(lambda: writer.spool.pending() == 0, timeout=timeout, message=message)

@@ -126,16 +126,14 @@ def settle_writer():
     but one that arrives while journaled rows wait, or while an earlier test's batch waits in the
     spool, is acknowledged before it is readable; the pages a test opens next must find it."""
     from ingest.writer import current_writer
-    from tests.conftest import wait_until
+    from tests.conftest import spool_drained
 
     writer = current_writer()
     if writer is None:
         return
     assert writer.flush(timeout=90), f"the journal was not inserted in 90 s; writer: {writer_state()}"
     if writer.spool.pending():
-        writer._replay_wakeup.set()
-        wait_until(lambda: writer.spool.pending() == 0, timeout=90,
-                   message=f"the spool to drain; writer: {writer_state()}")
+        spool_drained(writer, timeout=90, message=f"the spool to drain; writer: {writer_state()}")
 
 
 def writer_state() -> str:

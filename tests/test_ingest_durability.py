@@ -15,7 +15,7 @@ from ingest.spool import Spool, SpoolFull
 from ingest.writer import IngestWriter, Outcome, Overloaded, get_writer
 from store import Store, get_store
 from store.backends import NativeBackend
-from tests.conftest import wait_until
+from tests.conftest import spool_drained, wait_until
 from tests.spans import llm_trace
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.django_db]
@@ -54,9 +54,7 @@ def test_outage_is_acknowledged_from_the_spool_and_replayed(client, project_with
         assert response.status_code == 200
     finally:
         store.set_store(real)
-    writer = get_writer()
-    writer._replay_wakeup.set()
-    wait_until(lambda: writer.spool.pending() == 0, timeout=30, message="the spool to drain")
+    spool_drained(get_writer(), timeout=30)
     assert count_spans(project.pk) == 10
 
 
@@ -222,8 +220,7 @@ def test_columns_spooled_in_an_outage_are_replayed_as_rows(tmp_path, project_wit
     finally:
         store.set_store(real)
     try:
-        writer._replay_wakeup.set()
-        wait_until(lambda: writer.spool.pending() == 0, timeout=60, message="the spool to drain")
+        spool_drained(writer, timeout=60)
     finally:
         writer.stop()
     assert count_spans(project.pk) == 15

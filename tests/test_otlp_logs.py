@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 import store
 from ingest.writer import get_writer
 from store import get_store
-from tests.conftest import wait_until
+from tests.conftest import spool_drained
 from tests.spans import llm_trace
 from tests.test_ingest_durability import down_store
 from tests.trace_seed import seed
@@ -250,9 +250,7 @@ def test_outage_is_acknowledged_from_the_spool_and_replayed(client, project_with
         assert get_writer().spool.pending() >= 1
     finally:
         store.set_store(real)
-    writer = get_writer()
-    writer._replay_wakeup.set()
-    wait_until(lambda: writer.spool.pending() == 0, timeout=30, message="the spool to drain")
+    spool_drained(get_writer(), timeout=30)
     assert len(span_logs_of(project.pk)) == 2
 
 

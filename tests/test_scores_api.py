@@ -296,7 +296,7 @@ def test_native_span_attributes_follow_the_same_convention_and_a_bad_score_rejec
 def test_scores_sent_during_an_outage_are_spooled_and_replayed(client, project_with_key):
     import store
     from ingest.writer import get_writer
-    from tests.conftest import wait_until
+    from tests.conftest import spool_drained
     from tests.test_ingest_durability import down_store
 
     project, key = project_with_key()
@@ -314,8 +314,6 @@ def test_scores_sent_during_an_outage_are_spooled_and_replayed(client, project_w
         assert get_writer().spool.pending() >= 2
     finally:
         store.set_store(real)
-    writer = get_writer()
-    writer._replay_wakeup.set()
-    wait_until(lambda: writer.spool.pending() == 0, timeout=60, message="the spool to drain")
+    spool_drained(get_writer(), timeout=60)
     scores = {s["name"]: s["value"] for s in trace_scores(project_id=project.pk, trace_id=trace)}
     assert scores == {"late": 4.0, "quality": 5.0}

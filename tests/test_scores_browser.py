@@ -18,7 +18,14 @@ from playwright.sync_api import expect  # noqa: E402
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse, pytest.mark.django_db(transaction=True)]
 TRACE = "1234abcd" * 4
 HOSTILE = '<img src=x onerror="window.hacked=1">'
-REVIEW_READY = "document.getElementById('trace-review')?.dataset.state === 'ready'"
+
+
+def review_state(state: str) -> str:
+    """JS: the review form is there and in ``state`` (scores.js sets ``data-state``)."""
+    return f"document.getElementById('trace-review')?.dataset.state === '{state}'"
+
+
+REVIEW_READY = review_state("ready")
 
 
 def post_scores(server, key, scores):
@@ -36,7 +43,7 @@ def rows(page):
 
 
 def saved(page):
-    page.wait_for_function("() => document.getElementById('trace-review')?.dataset.state === 'saved'")
+    page.wait_for_function(f"() => {review_state('saved')}")
 
 
 def test_review_good_then_rate_then_rate_again(page, asgi_server, make_user, project_with_key):
