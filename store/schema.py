@@ -158,9 +158,10 @@ SPANS_MERGE_SETTINGS = "merge_selector_base = 20"
 # max_cleanup_delay_period). Under steady ingestion the merges' outdated parts then pile up between
 # rounds, each keeping its metadata in memory (700 in five minutes at 20,500 spans/s in the embedded
 # store), and a round that finds over 100 removes them on up to 128 new threads, which stay in the
-# process: its RSS grew ~12 MiB a minute and by a hundred threads at once. Rounds every 5-10 s keep
-# them under ~60 and the RSS flat (migration 0025; docs/BENCHMARKS.md "Outdated parts"). A round
-# costs a listing of the table's parts; on a server, parts still wait ``old_parts_lifetime``.
+# process: its RSS (after freed memory was returned) grew 19-29 MiB a minute, its threads by a
+# hundred at once. Rounds every 5-10 s keep them at 87-122 at most, the growth at 4-6 MiB a minute
+# and the threads at ~60 (migration 0025; docs/BENCHMARKS.md "outdated parts removed every 5-10 s").
+# A round costs a listing of the table's parts; on a server, parts still wait ``old_parts_lifetime``.
 CLEANUP_SETTINGS = "cleanup_delay_period = 5, max_cleanup_delay_period = 10"
 DIM_VALUE_MAX = 256  # the longest attribute value that groups (spans.dims)
 _SHORT = f"(k, v) -> v != '' AND length(v) <= {DIM_VALUE_MAX}"
