@@ -123,9 +123,9 @@ class Server:
             raise RuntimeError(f"manage.py {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         return done.stdout
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the server has used so far: its process (all its threads) and the
-        processes it started that still run (the ingest parse workers, TRACEDASH_INGEST_PARSE_PROCESSES)."""
+    def _family(self) -> dict[int, int]:
+        """{pid: CPU ticks} of the server's process and the processes it started that still run
+        (the ingest parse workers, TRACEDASH_INGEST_PARSE_PROCESSES)."""
         stats = {}
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
@@ -134,12 +134,35 @@ class Server:
                 except OSError:
                     continue  # ended meanwhile
                 stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-        ticks, family = 0, {self.proc.pid}
+        found, family = {}, {self.proc.pid}
         while family:
             pid = family.pop()
-            ticks += stats.get(pid, (0, 0))[1]
-            family |= {child for child, (parent, _) in stats.items() if parent == pid}
-        return ticks / _CLOCK_TICKS
+            found[pid] = stats.get(pid, (0, 0))[1]
+            family |= {child for child, (parent, _) in stats.items() if parent == pid and child not in found}
+        return found
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server has used so far: its process (all its threads) and the
+        processes it started that still run."""
+        return sum(self._family().values()) / _CLOCK_TICKS
+
+    def pause(self) -> None:
+        """Freeze the server and its workers (SIGSTOP): they use no CPU until ``resume``. Two
+        servers measured by turns on one machine (bench/ingest.py --compare-beat) each do their
+        own work, the beat's included, only in their own turns."""
+        self._signal_family(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_family(signal.SIGCONT)
+
+    def _signal_family(self, sig) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for pid in self._family():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
 
     def rss_bytes(self) -> int:
         return rss_bytes(self.proc.pid)
@@ -150,6 +173,7 @@ class Server:
             return None
         try:
             if self.proc.poll() is None:
+                self.resume()  # a paused server cannot act on SIGINT
                 self.proc.send_signal(signal.SIGINT)
                 try:
                     self.proc.wait(timeout=timeout)

@@ -1,6 +1,7 @@
 """Ingestion throughput of a real `manage.py serve`, compared with a raw insert of the same rows.
 
     .venv/bin/python bench/ingest.py [--duration 20] [--concurrency 8] [--data-dir DIR] [--quick] [--json PATH]
+    .venv/bin/python bench/ingest.py --compare-beat --scenarios json-100,json-1000 --duration 60   # the issue's ratios
 
 What is measured, and why:
 
@@ -31,6 +32,18 @@ What is measured, and why:
    ``spans FINAL`` (read by a separate process: chdb opens one data path per process) must both
    equal the spans acknowledged.
 
+4. **With the beat and without, by turns** (``--compare-beat``). Both servers run side by side,
+   one with its in-process beat (summaries, rollups, alert rounds: as ``make run`` serves) and one
+   without (the ingestion path alone), and take each scenario's load by turns of
+   ``--turn-seconds`` (10 by default), in the order A B, B A, A B, …, the other server frozen
+   meanwhile (SIGSTOP: no CPU at all, its beat and merges included; each server does its own work
+   only in its own turns). Run one after the other, the two servers saw different machines: this
+   shared 2-core machine's speed swings by a fifth to a third within minutes, and the ratio of
+   the same code read 0.76 to 1.04 from run to run. By turns, a swing falls on both alike; the
+   ratio of each pair of turns is printed too (its spread is the measurement's). The first
+   second of a turn carries what was due meanwhile (the beat's entries run on the wall clock, so
+   a turn's runs come at its start instead of spread through it): the same work, bunched.
+
 The traces are realistic LLM requests: 5–20 spans (root, network, preprocess, inference,
 postprocess, some nested), ~3 % failing, inference spans carrying a 1–4 KB prompt and a few
 hundred bytes of completion as attributes, several services and models, times in the last hour.
@@ -48,6 +61,7 @@ import os
 import random
 import secrets
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -488,8 +502,55 @@ def _client(scenario: Scenario, port: int, key: str, deadline: float, request_nu
         conn.close()
 
 
-def drive(scenario: Scenario, server: Server, key: str, *, duration: float, concurrency: int, request_numbers) -> dict:
-    """``concurrency`` keep-alive connections posting for ``duration`` s; a live line on stderr."""
+@dataclass
+class Load:
+    """One scenario's load on one server, summed over its turns (``drive``'s ``turns``)."""
+
+    scenario: Scenario
+    latencies: list = field(default_factory=list)
+    requests: int = 0
+    spans: int = 0
+    checked: int = 0
+    errors: Counter = field(default_factory=Counter)
+    wall: float = 0.0
+    server_cpu: float = 0.0
+    client_cpu: float = 0.0
+    inserts: int = 0
+    stored: int = 0
+    spooled: int = 0
+    turns: int = 0
+    per_turn: list = field(default_factory=list)  # spans/s of each turn
+
+    def result(self) -> dict:
+        latencies = sorted(self.latencies)
+        scenario, wall, spans = self.scenario, self.wall, self.spans
+        body_bytes = sum(len(b) for b in scenario.templates) / len(scenario.templates)
+
+        def ms(q):
+            value = percentile(latencies, q)
+            return None if value is None else round(value * 1000, 2)
+
+        return {
+            "scenario": scenario.name, "batch_spans": scenario.batch, "body_bytes": round(body_bytes),
+            "seconds": round(wall, 2), "turns": self.turns, "requests": self.requests, "spans_acknowledged": spans,
+            "req_per_s": round(self.requests / wall, 1), "spans_per_s": round(spans / wall, 1),
+            "mb_per_s": round(self.requests * body_bytes / wall / 1e6, 2),
+            "p50_ms": ms(50), "p90_ms": ms(90), "p99_ms": ms(99), "max_ms": ms(100),
+            "errors": sum(self.errors.values()), "errors_by_status": dict(self.errors), "answers_checked": self.checked,
+            "server_cpu_percent": round(100 * self.server_cpu / wall, 1),
+            "client_cpu_percent": round(100 * self.client_cpu / wall, 1),
+            "server_cpu_ms_per_1000_spans": round(1e6 * self.server_cpu / spans, 1) if spans else None,
+            "server_inserts": self.inserts, "rows_per_insert": round(self.stored / self.inserts, 1) if self.inserts else None,
+            "rows_spooled": self.spooled, "spans_per_s_by_turn": [round(x, 1) for x in self.per_turn],
+        }
+
+
+def drive(scenario: Scenario, server: Server, key: str, *, duration: float, concurrency: int, request_numbers,
+          load: Load | None = None) -> dict:
+    """``concurrency`` keep-alive connections posting for ``duration`` s; a live line on stderr.
+    With ``load``, this is one turn of several: its counts are added to ``load``'s."""
+    turn = "" if load is None else f" turn {load.turns + 1}"
+    load = load if load is not None else Load(scenario)
     before = server.health()["checks"]["ingest"]
     server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
     tallies = [Tally() for _ in range(concurrency)]
@@ -510,39 +571,29 @@ def drive(scenario: Scenario, server: Server, key: str, *, duration: float, conc
         p99 = percentile(sorted(x for t in tallies for x in list(t.latencies)), 99)
         errors = sum(sum(t.errors.values()) for t in tallies)
         elapsed = now - started
-        sys.stderr.write(f"\r  {scenario.name:<9} {elapsed:5.1f}s  {requests / elapsed:7.1f} req/s  "
+        sys.stderr.write(f"\r  {scenario.name:<9}{turn} {elapsed:5.1f}s  {requests / elapsed:7.1f} req/s  "
                          f"{spans / elapsed:9,.0f} spans/s  (last 1 s: {(spans - last_spans) / (now - last_time):9,.0f})  "
                          f"p99 {p99 * 1000 if p99 is not None else 0:7.1f} ms  errors {errors}   ")
         sys.stderr.flush()
         last_spans, last_time = spans, now
     sys.stderr.write("\n")
     wall = max(t.finished for t in tallies) - started
-    server_cpu, client_cpu = server.cpu_seconds() - server_cpu, time.process_time() - client_cpu
+    load.wall += wall
+    load.per_turn.append(sum(t.spans for t in tallies) / wall)
+    load.server_cpu += server.cpu_seconds() - server_cpu
+    load.client_cpu += time.process_time() - client_cpu
     after = server.health()["checks"]["ingest"]
-
-    latencies = sorted(x for t in tallies for x in t.latencies)
-    requests, spans = sum(t.requests for t in tallies), sum(t.spans for t in tallies)
-    errors = sum((t.errors for t in tallies), Counter())
-    inserts = after["batches"] - before["batches"]
-    stored = after["rows_stored"] - before["rows_stored"]
-    body_bytes = sum(len(b) for b in scenario.templates) / len(scenario.templates)
-
-    def ms(q):
-        value = percentile(latencies, q)
-        return None if value is None else round(value * 1000, 2)
-
-    return {
-        "scenario": scenario.name, "batch_spans": scenario.batch, "body_bytes": round(body_bytes),
-        "seconds": round(wall, 2), "requests": requests, "spans_acknowledged": spans,
-        "req_per_s": round(requests / wall, 1), "spans_per_s": round(spans / wall, 1),
-        "mb_per_s": round(requests * body_bytes / wall / 1e6, 2),
-        "p50_ms": ms(50), "p90_ms": ms(90), "p99_ms": ms(99), "max_ms": ms(100),
-        "errors": sum(errors.values()), "errors_by_status": dict(errors), "answers_checked": sum(t.checked for t in tallies),
-        "server_cpu_percent": round(100 * server_cpu / wall, 1), "client_cpu_percent": round(100 * client_cpu / wall, 1),
-        "server_cpu_ms_per_1000_spans": round(1e6 * server_cpu / spans, 1) if spans else None,
-        "server_inserts": inserts, "rows_per_insert": round(stored / inserts, 1) if inserts else None,
-        "rows_spooled": after["rows_spooled"] - before["rows_spooled"],
-    }
+    load.inserts += after["batches"] - before["batches"]
+    load.stored += after["rows_stored"] - before["rows_stored"]
+    load.spooled += after["rows_spooled"] - before["rows_spooled"]
+    for t in tallies:
+        load.latencies += t.latencies
+        load.requests += t.requests
+        load.spans += t.spans
+        load.checked += t.checked
+        load.errors += t.errors
+    load.turns += 1
+    return load.result()
 
 
 def wait_drained(server: Server, timeout: float = 120.0) -> dict:
@@ -684,10 +735,14 @@ def report(results: list[dict], raw: dict, check: dict, info: dict, settings: di
         ratio = f"{r['spans_per_s'] / raw_1000:.2f}" if raw_1000 else "-"
         rows.append([r["scenario"], f"{r['spans_per_s']:,.0f}", f"{r['req_per_s']:,.1f}", f"{r['p50_ms'] or 0:,.1f}",
                      f"{r['p99_ms'] or 0:,.1f}", str(r["errors"]), ratio])
-    lines = ["", f"tracedash ingest benchmark — {settings['duration']:g} s per scenario, {settings['concurrency']} "
+    turns = (f" (in {settings['turns']} turns, by turns with the other server)" if settings.get("turns", 1) > 1
+             else "")
+    lines = ["", f"tracedash ingest benchmark — {settings['duration']:g} s per scenario{turns}, {settings['concurrency']} "
              f"keep-alive connections, embedded chdb (server: `manage.py serve`, rate limit off, "
              f"{'in-process beat on: summaries, rollups, alerts' if settings.get('beat', True) else 'no in-process beat: the ingestion path alone'}"
-             f"; inserts at once: {settings.get('write_threads', 1)})", "",
+             f"; inserts at once: {settings.get('write_threads', 1)}"
+             + ("".join(f", {k}={v}" for k, v in settings.get("beat_env", {}).items()) if settings.get("beat", True) else "")
+             + ")", "",
              table(["scenario", "spans/s ack'd", "req/s", "p50 ms", "p99 ms", "errors", "ratio to raw"], rows), ""]
     detail = [[r["scenario"], f"{r['body_bytes'] / 1024:,.0f} KiB", f"{r['mb_per_s']:,.1f}", f"{r['server_cpu_percent']:.0f} %",
                f"{r['client_cpu_percent']:.0f} %", f"{r['server_cpu_ms_per_1000_spans'] or 0:,.0f}",
@@ -743,6 +798,14 @@ def parse_args(argv=None):
     parser.add_argument("--compare-beat", action="store_true",
                         help="run every scenario twice, on a server with its in-process beat and on one without, "
                              "and print the ratios between them (and to the raw insert)")
+    parser.add_argument("--turn-seconds", type=float, default=10.0,
+                        help="with --compare-beat: both servers run side by side and take the load by turns of about "
+                             "this many seconds (A B, B A, …; the other one frozen meanwhile), so that the machine's "
+                             "swings fall on both alike (default 10: the rollups' period, so a turn sees as many "
+                             "rollup runs as the same seconds of a server alone)")
+    parser.add_argument("--beat-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for the server with its beat only (repeatable): to weigh one "
+                             "of the beat's settings, e.g. TRACEDASH_SUMMARIZE_SECONDS=4")
     parser.add_argument("--no-beat", action="store_true",
                         help="server without its in-process periodic tasks (TRACEDASH_EMBEDDED_BEAT=0): the ingestion "
                              "path alone, as a production web process runs it (summaries and rollups in the worker)")
@@ -757,14 +820,20 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.write_threads is None and args.compare_beat:
         args.write_threads = 1
+    try:
+        args.beat_env = dict(item.split("=", 1) for item in args.beat_env)
+    except ValueError:
+        parser.error("--beat-env takes NAME=VALUE")
+    if args.beat_env and args.no_beat:
+        parser.error("--beat-env is for the server with its beat")
     args.scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
     unknown = set(args.scenarios) - {"json-100", "json-1000", "otlp-100", "otlp-1000"}
     if unknown or not args.scenarios:
         parser.error(f"unknown scenario(s) {', '.join(sorted(unknown)) or '(none given)'}")
     if args.duration is None:
         args.duration = 5.0 if args.quick else 20.0
-    if args.concurrency < 1 or args.duration <= 0:
-        parser.error("--concurrency and --duration must be positive")
+    if args.concurrency < 1 or args.duration <= 0 or args.turn_seconds <= 0:
+        parser.error("--concurrency, --duration and --turn-seconds must be positive")
     return args
 
 
@@ -788,16 +857,13 @@ def main(argv=None) -> int:
     log("raw insert of the same rows in this process, before the servers…")
     raw_store = RawStore(scenarios, work, request_numbers)
     raw_before = raw_store.measure(seconds=raw_seconds, label="before")
-    modes = [True, False] if args.compare_beat else [not args.no_beat]
-    runs: dict[bool, tuple[list[dict], dict]] = {}
-    ok = True
-    for beat in modes:
-        if len(modes) > 1:
-            log(f"--- server {'with' if beat else 'without'} its in-process beat ---")
-        results, check = run_server(args, scenarios, request_numbers, work / ("server-beat" if beat else "server-no-beat"),
-                                    beat=beat, pause=pause)
-        runs[beat] = (results, check)
-        ok = ok and bool(check.get("ok"))
+    if args.compare_beat:
+        runs = run_by_turns(args, scenarios, request_numbers, work, pause=pause)
+    else:
+        beat = not args.no_beat
+        runs = {beat: run_server(args, scenarios, request_numbers, work / ("server-beat" if beat else "server-no-beat"),
+                                 beat=beat, pause=pause)}
+    ok = all(check.get("ok") for _, check in runs.values())
 
     raw: dict = raw_before | raw_store.parsed
     try:
@@ -808,6 +874,10 @@ def main(argv=None) -> int:
         info = machine()
         settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick,
                     "write_threads": args.write_threads or "the server's default"}
+        if args.compare_beat:
+            settings["turns"] = max(1, round(args.duration / args.turn_seconds))
+        if args.beat_env:
+            settings["beat_env"] = args.beat_env
         for beat, (results, check) in runs.items():
             print(report(results, raw, check, info, settings | {"beat": beat}), flush=True)
         print(ratios_text(runs, raw), flush=True)
@@ -823,9 +893,7 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
-def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, pause: float) -> tuple[list[dict], dict]:
-    """One server (with or without its in-process beat) through every chosen scenario; then the
-    stored count (after a clean stop) against what was acknowledged."""
+def server_env(args, *, beat: bool) -> dict[str, str]:
     env = {"TRACEDASH_INGEST_RATE_LIMIT": "0", "TRACEDASH_BEAT_SAMPLE_SECONDS": "3600"}
     if not beat:
         env["TRACEDASH_EMBEDDED_BEAT"] = "0"
@@ -833,36 +901,112 @@ def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, 
         env["TRACEDASH_INGEST_WRITE_THREADS"] = str(args.write_threads)
     if args.parse_processes is not None:
         env["TRACEDASH_INGEST_PARSE_PROCESSES"] = str(args.parse_processes)
-    server = Server(data_dir, env=env)
+    if beat:
+        env.update(args.beat_env)
+    return env
+
+
+def start_server(args, data_dir: Path, *, beat: bool) -> tuple[Server, str]:
+    """A server on ``data_dir`` and its project key."""
+    server = Server(data_dir, env=server_env(args, beat=beat))
+    log(f"starting `manage.py serve` {'with' if beat else 'without'} its in-process beat…")
+    server.start()
+    key = server.manage("create_project", "bench").strip().splitlines()[-1]
+    log(f"  serving on {server.base} (pid {server.proc.pid}); project key {key[:12]}…")
+    return server, key
+
+
+def finish_server(server: Server, results: list[dict]) -> dict:
+    """Drain, stop and count: the stored spans (after a clean stop) against what was acknowledged."""
+    log(f"waiting for the server's queue and spool to drain (pid {server.proc.pid})…")
+    drained = wait_drained(server)
+    log(f"  writer: {drained['batches']:,} inserts, {drained['rows_stored']:,} rows stored, "
+        f"{drained['rows_spooled']:,} spooled; server RSS {server.rss_bytes() / 2**20:,.0f} MiB")
+    log("stopping the server (SIGINT)…")
+    exit_code = server.stop()
+    log("counting stored spans in a separate process…")
+    counted = stored_count(server)
+    acknowledged = sum(r["spans_acknowledged"] for r in results)
+    return {"acknowledged": acknowledged, **counted, "server_exit": exit_code,
+            "ok": counted["count"] == acknowledged == counted["unique"]}
+
+
+def _failed(server: Server, data_dir: Path) -> None:
+    log(f"\nserver log (last lines, {server.log_path}):\n{server.log_tail()}")
+    log(f"data dirs kept in {data_dir.parent}")
+
+
+def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, pause: float) -> tuple[list[dict], dict]:
+    """One server (with or without its in-process beat) through every chosen scenario; then the
+    stored count (after a clean stop) against what was acknowledged."""
+    server = None
     results: list[dict] = []
     try:
-        log("starting `manage.py serve`…")
-        server.start()
-        key = server.manage("create_project", "bench").strip().splitlines()[-1]
-        log(f"  serving on {server.base} (pid {server.proc.pid}); project key {key[:12]}…")
+        server, key = start_server(args, data_dir, beat=beat)
         for n, scenario in enumerate(s for s in scenarios if s.name in args.scenarios):
             if n:
                 time.sleep(pause)  # let the previous scenario's merges settle
             results.append(drive(scenario, server, key, duration=args.duration, concurrency=args.concurrency,
                                  request_numbers=request_numbers))
-        log("waiting for the server's queue and spool to drain…")
-        drained = wait_drained(server)
-        log(f"  writer: {drained['batches']:,} inserts, {drained['rows_stored']:,} rows stored, "
-            f"{drained['rows_spooled']:,} spooled; server RSS {server.rss_bytes() / 2**20:,.0f} MiB")
-        log("stopping the server (SIGINT)…")
-        exit_code = server.stop()
-        log("counting stored spans in a separate process…")
-        counted = stored_count(server)
+        check = finish_server(server, results)
     except BaseException:
-        log(f"\nserver log (last lines, {server.log_path}):\n{server.log_tail()}")
-        log(f"data dirs kept in {data_dir.parent}")
+        if server is not None:
+            _failed(server, data_dir)
         raise
     finally:
-        server.stop()
-    acknowledged = sum(r["spans_acknowledged"] for r in results)
-    check = {"acknowledged": acknowledged, **counted, "server_exit": exit_code,
-             "ok": counted["count"] == acknowledged == counted["unique"]}
+        if server is not None:
+            server.stop()
     return results, check
+
+
+def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float) -> dict[bool, tuple[list[dict], dict]]:
+    """Both servers, the one with its beat and the one without, started side by side and measured by
+    turns: each scenario's ``--duration`` is cut into turns of about ``--turn-seconds``, and in each
+    turn one server takes the load while the other is frozen (SIGSTOP: no CPU, its beat and merges
+    included), in the order A B, B A, A B, … So a swing of the shared machine's speed falls on both
+    alike instead of on whichever server ran second; each server does its own work (its beat's
+    included) only in its own turns."""
+    servers: dict[bool, tuple[Server, str]] = {}
+    loads: dict[bool, list[Load]] = {True: [], False: []}
+    try:
+        for beat in (True, False):
+            servers[beat] = start_server(args, work / ("server-beat" if beat else "server-no-beat"), beat=beat)
+            servers[beat][0].pause()
+        turns = max(1, round(args.duration / args.turn_seconds))
+        for n, scenario in enumerate(s for s in scenarios if s.name in args.scenarios):
+            if n:
+                for server, _ in servers.values():  # let the previous scenario's merges settle, each in turn
+                    server.resume()
+                    time.sleep(pause)
+                    server.pause()
+            now = {True: Load(scenario), False: Load(scenario)}
+            log(f"{scenario.name}: {turns} turns of {args.duration / turns:g} s per server")
+            for turn in range(turns):
+                for beat in ((True, False) if turn % 2 == 0 else (False, True)):
+                    server, key = servers[beat]
+                    server.resume()
+                    try:
+                        sys.stderr.write(f"  [{'beat   ' if beat else 'no beat'}]")
+                        drive(scenario, server, key, duration=args.duration / turns, concurrency=args.concurrency,
+                              request_numbers=request_numbers, load=now[beat])
+                    finally:
+                        server.pause()
+            for beat in (True, False):
+                loads[beat].append(now[beat])
+        runs = {}
+        for beat in (True, False):
+            server = servers[beat][0]
+            server.resume()
+            results = [load.result() for load in loads[beat]]
+            try:
+                runs[beat] = (results, finish_server(server, results))
+            except BaseException:
+                _failed(server, server.data_dir)
+                raise
+        return runs
+    finally:
+        for server, _ in servers.values():
+            server.stop()
 
 
 def ratios(runs: dict, raw: dict) -> dict:
@@ -877,9 +1021,14 @@ def ratios(runs: dict, raw: dict) -> dict:
         if "json-100" in rates and rates.get("json-1000"):
             out[f"json100_to_json1000_{mode}"] = round(rates["json-100"] / rates["json-1000"], 3)
     if True in by and False in by:
+        turns = {beat: {r["scenario"]: r.get("spans_per_s_by_turn", []) for r in results}
+                 for beat, (results, _) in runs.items()}
         for name in ("json-1000", "json-100", "otlp-1000", "otlp-100"):
             if by[True].get(name) and by[False].get(name):
                 out[f"{name.replace('-', '')}_beat_to_no_beat"] = round(by[True][name] / by[False][name], 3)
+                pairs = [a / b for a, b in zip(turns[True][name], turns[False][name]) if b]
+                if len(pairs) > 1:
+                    out[f"{name.replace('-', '')}_beat_to_no_beat_by_turn"] = [round(x, 3) for x in pairs]
     return out
 
 
@@ -897,7 +1046,14 @@ def ratios_text(runs: dict, raw: dict) -> str:
         "json100_to_json1000_beat": "json-100 / json-1000, with the beat",
         "json100_to_json1000_no_beat": "json-100 / json-1000, without the beat",
     }
-    rows = [[labels.get(k, k), f"{v:.2f}"] for k, v in figures.items()]
+    rows = []
+    for k, v in figures.items():
+        if isinstance(v, list):  # one ratio per pair of turns (A B or B A: each pair ran next to each other)
+            name = labels.get(k.removesuffix("_by_turn"), k).split(" (")[0]
+            rows.append([f"  {name}, each pair of turns", f"{min(v):.2f}–{max(v):.2f}, median {statistics.median(v):.2f}"
+                         f", {sum(x >= 0.9 for x in v)} of {len(v)} >= 0.9"])
+        else:
+            rows.append([labels.get(k, k), f"{v:.2f}"])
     return "\nratios (one run, same machine)\n\n" + table(["figure", "ratio"], rows) + "\n"
 
 
