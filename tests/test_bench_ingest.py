@@ -1,0 +1,102 @@
+"""bench/ingest.py --compare-beat's arithmetic and its turns: loads summed over turns, the ratio of
+each pair of turns, and a server frozen between its turns (a real process, SIGSTOP / SIGCONT)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.common import Server
+from bench.ingest import Load, Scenario, ratios, ratios_text
+
+
+def _scenario(name: str, batch: int) -> Scenario:
+    return Scenario(name=name, path="/api/v1/traces", content_type="application/json", batch=batch,
+                    templates=[b"x" * 1000], patch=None, check=None)
+
+
+def _load(name: str, batch: int, turns: list[tuple[int, float]]) -> Load:
+    """A load whose turns acknowledged ``spans`` in ``wall`` seconds each."""
+    load = Load(_scenario(name, batch))
+    for spans, wall in turns:
+        load.spans += spans
+        load.requests += spans // batch
+        load.wall += wall
+        load.latencies += [0.1] * (spans // batch)
+        load.per_turn.append(spans / wall)
+        load.turns += 1
+    return load
+
+
+def test_a_load_over_turns_is_the_sum_of_its_turns():
+    result = _load("json-1000", 1000, [(300_000, 10.0), (100_000, 10.0)]).result()
+    assert result["spans_per_s"] == 20_000.0  # 400,000 spans in 20 s, not the mean of the turns' rates by chance
+    assert result["spans_per_s_by_turn"] == [30_000.0, 10_000.0]
+    assert result["turns"] == 2 and result["seconds"] == 20.0
+
+
+def test_ratios_by_turn_pair_and_their_summary():
+    beat = _load("json-1000", 1000, [(270_000, 10.0), (360_000, 10.0), (200_000, 10.0)])
+    no_beat = _load("json-1000", 1000, [(300_000, 10.0), (400_000, 10.0), (250_000, 10.0)])
+    runs = {True: ([beat.result()], {}), False: ([no_beat.result()], {})}
+    figures = ratios(runs, {"raw_rows_per_s_1000": 30_000})
+    assert figures["json1000_beat_to_no_beat"] == round(830 / 950, 3)
+    assert figures["json1000_beat_to_no_beat_by_turn"] == [0.9, 0.9, 0.8]
+    assert figures["json1000_beat_to_raw"] == round(830_000 / 30 / 30_000, 3)
+    text = ratios_text(runs, {"raw_rows_per_s_1000": 30_000})
+    assert "each pair of turns" in text and "0.80–0.90, median 0.90, 2 of 3 >= 0.9" in text
+
+
+def test_one_turn_gives_no_pair_line():
+    runs = {beat: ([_load("json-1000", 1000, [(300_000, 10.0)]).result()], {}) for beat in (True, False)}
+    figures = ratios(runs, {})
+    assert figures == {"json1000_beat_to_no_beat": 1.0}
+    assert "each pair" not in ratios_text(runs, {})
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_paused_server_and_its_children_use_no_cpu_until_resumed(tmp_path):
+    """Server.pause freezes the process and what it started (the parse workers); stop() of a
+    paused server still ends it."""
+    busy = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'while True: pass']); \nwhile True: pass"
+    server = Server(tmp_path / "data")
+    server.proc = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        deadline = time.monotonic() + 60
+        while len(server._family()) < 2:  # the child has started
+            assert time.monotonic() < deadline, "the busy child did not start"
+            time.sleep(0.05)
+        family = list(server._family())
+        server.pause()
+        deadline = time.monotonic() + 60
+        while any(_state(pid) != "T" for pid in family):
+            assert time.monotonic() < deadline, {pid: _state(pid) for pid in family}
+            time.sleep(0.05)
+        frozen = {pid: _cpu_ticks(pid) for pid in family}
+        time.sleep(0.5)
+        assert {pid: _cpu_ticks(pid) for pid in family} == frozen
+        server.resume()
+        deadline = time.monotonic() + 60
+        while {pid: _cpu_ticks(pid) for pid in family} == frozen:
+            assert time.monotonic() < deadline, "the server did not run again after resume()"
+            time.sleep(0.05)
+        server.pause()
+    finally:
+        children = [pid for pid in server._family() if pid != server.proc.pid]
+        server.stop(timeout=30)  # resumes it first: a frozen process would not act on SIGINT
+        for pid in children:
+            subprocess.run(["kill", "-9", str(pid)], check=False)
+    assert server.proc.returncode is not None
