@@ -40,7 +40,10 @@ What is measured, and why:
    only in its own turns). Run one after the other, the two servers saw different machines: this
    shared 2-core machine's speed swings by a fifth to a third within minutes, and the ratio of
    the same code read 0.76 to 1.04 from run to run. By turns, a swing falls on both alike; the
-   ratio of each pair of turns is printed too (its spread is the measurement's). The first
+   ratio of each pair of turns is printed too (its spread is the measurement's). The raw insert
+   is sampled between the pairs of turns as well (2 s of 1,000-row batches, both servers frozen),
+   and the ratios to raw divide by the mean of the samples beside json-1000's turns, not by the
+   measurements before and after the servers (printed all the same). The first
    second of a turn carries what was due meanwhile (the beat's entries run on the wall clock, so
    a turn's runs come at its start instead of spread through it): the same work, bunched.
 
@@ -673,6 +676,7 @@ class RawStore:
         # A unique token per insert, as ingest.writer sends: without one, re-inserting a block already
         # seen would be skipped by the table's block deduplication, and the rows below do repeat.
         self.store.insert("spans", self.rows[:1000], tag="bench.raw.warmup", dedup_token=secrets.token_hex(16))
+        self._offset = 0
 
     def measure(self, *, seconds: float, label: str) -> dict:
         """Insert rates at 1,000- and 10,000-row batches, the Arrow table's share, and what storing
@@ -684,17 +688,7 @@ class RawStore:
         columns = SPANS.insert_columns
         cpu_started, rows_inserted = process_cpu_seconds(), 0
         for size in (1000, 10_000):
-            inserted, offset, elapsed, inserts = 0, 0, 0.0, 0
-            while elapsed < seconds or inserts < 3:
-                if offset + size > len(rows):
-                    offset = 0
-                batch = rows[offset:offset + size]
-                offset += size
-                started = time.perf_counter()
-                self.store.insert("spans", batch, tag="bench.raw", dedup_token=secrets.token_hex(16))
-                elapsed += time.perf_counter() - started
-                inserted += len(batch)
-                inserts += 1
+            inserted, elapsed, inserts = self._inserts(size, seconds)
             result[f"raw_rows_per_s_{size}"] = round(inserted / elapsed)
             result[f"raw_ms_per_insert_{size}"] = round(1000 * elapsed / inserts, 2)
             started = time.perf_counter()
@@ -704,14 +698,42 @@ class RawStore:
             rows_inserted += inserted
             log(f"  raw insert ({label}), {size:,}-row batches: {result[f'raw_rows_per_s_{size}']:,} rows/s "
                 f"({inserts} inserts)")
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and self.store.query(
-                "SELECT count() FROM system.merges WHERE database = currentDatabase()", tag="bench.raw.merges").scalar():
-            time.sleep(0.5)
+        self._merged(120)
         cpu_ms_per_1000 = 1000 * 1000 * (process_cpu_seconds() - cpu_started) / rows_inserted
         result["store_cpu_ms_per_1000_rows"] = round(cpu_ms_per_1000, 1)
         result["store_ceiling_rows_per_s"] = round((os.cpu_count() or 1) * 1000 * 1000 / cpu_ms_per_1000)
         return result
+
+    def sample(self, *, seconds: float) -> int:
+        """The 1,000-row insert rate over ``seconds``, taken between two servers' turns (both frozen);
+        then its merges are waited for (30 s at most), so that they do not run in the next turn. Three
+        inserts before it are not timed (a warm-up after a server's turn)."""
+        self._inserts(1000, 0.0)
+        inserted, elapsed, _ = self._inserts(1000, seconds)
+        self._merged(30)
+        return round(inserted / elapsed)
+
+    def _inserts(self, size: int, seconds: float) -> tuple[int, float, int]:
+        """Inserts of ``size`` rows for ``seconds`` (three at least): rows, seconds inside the inserts, inserts."""
+        rows = self.rows
+        inserted, elapsed, inserts = 0, 0.0, 0
+        while elapsed < seconds or inserts < 3:
+            if self._offset + size > len(rows):
+                self._offset = 0
+            batch = rows[self._offset:self._offset + size]
+            self._offset += size
+            started = time.perf_counter()
+            self.store.insert("spans", batch, tag="bench.raw", dedup_token=secrets.token_hex(16))
+            elapsed += time.perf_counter() - started
+            inserted += len(batch)
+            inserts += 1
+        return inserted, elapsed, inserts
+
+    def _merged(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.store.query(
+                "SELECT count() FROM system.merges WHERE database = currentDatabase()", tag="bench.raw.merges").scalar():
+            time.sleep(0.5)
 
     def close(self) -> None:
         self.store.close()
@@ -757,11 +779,20 @@ def report(results: list[dict], raw: dict, check: dict, info: dict, settings: di
         lines += [f"raw Store.insert (Arrow into chdb, same rows, this process, no server running): "
                   f"{raw['raw_rows_per_s_1000']:,} rows/s at 1,000-row batches ({raw['raw_ms_per_insert_1000']} ms each), "
                   f"{raw['raw_rows_per_s_10000']:,} rows/s at 10,000-row batches ({raw['raw_ms_per_insert_10000']} ms each)"]
-        if "raw_1000_spread" in raw:
+        if "raw_1000_spread" in raw and raw.get("raw_1000_between_turns"):
+            lines.append(f"  before the servers {raw['raw_1000_before']:,} rows/s at 1,000-row batches, after "
+                         f"{raw['raw_1000_after']:,} ({100 * raw['raw_1000_spread']:.0f} % apart); the ratios divide "
+                         "by the samples between the turns instead:")
+        elif "raw_1000_spread" in raw:
             lines.append(f"  the mean of before the servers ({raw['raw_1000_before']:,} rows/s at 1,000-row batches) and after "
                          f"({raw['raw_1000_after']:,}): {100 * raw['raw_1000_spread']:.0f} % apart"
                          + (" — the machine's speed changed during the run; ratios to raw are uncertain by as much"
                             if raw["raw_1000_spread"] > 0.15 else ""))
+        if raw.get("raw_1000_between_turns"):
+            between = raw["raw_1000_between_turns"]
+            lines.append(f"  1,000-row batches between the turns (both servers frozen, 2 s each, {len(between)} samples): "
+                         f"{min(between):,}–{max(between):,} rows/s, mean {statistics.mean(between):,.0f}: the rate "
+                         "the ratios to raw divide by (the first figure above)")
         if "arrow_build_ms_1000" in raw:
             lines.append(f"  of which building the Arrow table: {raw['arrow_build_ms_1000']} ms per 1,000 rows, "
                          f"{raw['arrow_build_ms_10000']} ms per 10,000 rows")
@@ -857,8 +888,9 @@ def main(argv=None) -> int:
     log("raw insert of the same rows in this process, before the servers…")
     raw_store = RawStore(scenarios, work, request_numbers)
     raw_before = raw_store.measure(seconds=raw_seconds, label="before")
+    raw_turns: dict[str, list[int]] = {}
     if args.compare_beat:
-        runs = run_by_turns(args, scenarios, request_numbers, work, pause=pause)
+        runs, raw_turns = run_by_turns(args, scenarios, request_numbers, work, pause=pause, raw_store=raw_store)
     else:
         beat = not args.no_beat
         runs = {beat: run_server(args, scenarios, request_numbers, work / ("server-beat" if beat else "server-no-beat"),
@@ -870,6 +902,9 @@ def main(argv=None) -> int:
         log("raw insert of the same rows in this process, after the servers…")
         raw = raw_combined(raw_before, raw_store.measure(seconds=raw_seconds, label="after")) | raw_store.parsed
         raw_store.close()
+        between = raw_turns.get("json-1000") or [x for samples in raw_turns.values() for x in samples]
+        if between:  # beside the turns measured: what the ratios to raw divide by
+            raw.update(raw_rows_per_s_1000=round(statistics.mean(between)), raw_1000_between_turns=between)
     finally:
         info = machine()
         settings = {"duration": args.duration, "concurrency": args.concurrency, "quick": args.quick,
@@ -959,14 +994,18 @@ def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, 
     return results, check
 
 
-def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float) -> dict[bool, tuple[list[dict], dict]]:
+def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float,
+                 raw_store: "RawStore") -> tuple[dict[bool, tuple[list[dict], dict]], dict[str, list[int]]]:
     """Both servers, the one with its beat and the one without, started side by side and measured by
     turns: each scenario's ``--duration`` is cut into turns of about ``--turn-seconds``, and in each
     turn one server takes the load while the other is frozen (SIGSTOP: no CPU, its beat and merges
     included), in the order A B, B A, A B, … So a swing of the shared machine's speed falls on both
     alike instead of on whichever server ran second; each server does its own work (its beat's
-    included) only in its own turns."""
+    included) only in its own turns. After each pair of turns, both frozen, the raw insert's
+    1,000-row rate is sampled for 2 s (its merges waited for): the rate the ratios to raw divide by
+    is the mean of the samples taken beside the scenario's turns, returned per scenario."""
     servers: dict[bool, tuple[Server, str]] = {}
+    raw_samples: dict[str, list[int]] = {}
     loads: dict[bool, list[Load]] = {True: [], False: []}
     try:
         for beat in (True, False):
@@ -991,6 +1030,8 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float) 
                               request_numbers=request_numbers, load=now[beat])
                     finally:
                         server.pause()
+                raw_samples.setdefault(scenario.name, []).append(raw_store.sample(seconds=2.0))
+                log(f"  raw insert between the turns: {raw_samples[scenario.name][-1]:,} rows/s at 1,000-row batches")
             for beat in (True, False):
                 loads[beat].append(now[beat])
         runs = {}
@@ -1003,7 +1044,7 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float) 
             except BaseException:
                 _failed(server, server.data_dir)
                 raise
-        return runs
+        return runs, raw_samples
     finally:
         for server, _ in servers.values():
             server.stop()
