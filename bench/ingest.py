@@ -507,7 +507,7 @@ def _client(scenario: Scenario, port: int, key: str, deadline: float, request_nu
 
 @dataclass
 class Load:
-    """One scenario's load on one server, summed over its turns (``drive``'s ``turns``)."""
+    """One scenario's load on one server, summed over its turns (``drive``'s ``load``)."""
 
     scenario: Scenario
     latencies: list = field(default_factory=list)
@@ -521,8 +521,11 @@ class Load:
     inserts: int = 0
     stored: int = 0
     spooled: int = 0
-    turns: int = 0
     per_turn: list = field(default_factory=list)  # spans/s of each turn
+
+    @property
+    def turns(self) -> int:
+        return len(self.per_turn)
 
     def result(self) -> dict:
         latencies = sorted(self.latencies)
@@ -595,7 +598,6 @@ def drive(scenario: Scenario, server: Server, key: str, *, duration: float, conc
         load.spans += t.spans
         load.checked += t.checked
         load.errors += t.errors
-    load.turns += 1
     return load.result()
 
 
@@ -941,14 +943,13 @@ def server_env(args, *, beat: bool) -> dict[str, str]:
     return env
 
 
-def start_server(args, data_dir: Path, *, beat: bool) -> tuple[Server, str]:
-    """A server on ``data_dir`` and its project key."""
-    server = Server(data_dir, env=server_env(args, beat=beat))
+def start_server(server: Server, *, beat: bool) -> str:
+    """Start ``server`` (made with ``server_env``); its project key."""
     log(f"starting `manage.py serve` {'with' if beat else 'without'} its in-process beat…")
     server.start()
     key = server.manage("create_project", "bench").strip().splitlines()[-1]
     log(f"  serving on {server.base} (pid {server.proc.pid}); project key {key[:12]}…")
-    return server, key
+    return key
 
 
 def finish_server(server: Server, results: list[dict]) -> dict:
@@ -974,10 +975,10 @@ def _failed(server: Server, data_dir: Path) -> None:
 def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, pause: float) -> tuple[list[dict], dict]:
     """One server (with or without its in-process beat) through every chosen scenario; then the
     stored count (after a clean stop) against what was acknowledged."""
-    server = None
+    server = Server(data_dir, env=server_env(args, beat=beat))
     results: list[dict] = []
     try:
-        server, key = start_server(args, data_dir, beat=beat)
+        key = start_server(server, beat=beat)
         for n, scenario in enumerate(s for s in scenarios if s.name in args.scenarios):
             if n:
                 time.sleep(pause)  # let the previous scenario's merges settle
@@ -985,12 +986,10 @@ def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, 
                                  request_numbers=request_numbers))
         check = finish_server(server, results)
     except BaseException:
-        if server is not None:
-            _failed(server, data_dir)
+        _failed(server, data_dir)
         raise
     finally:
-        if server is not None:
-            server.stop()
+        server.stop()
     return results, check
 
 
@@ -1004,17 +1003,20 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float,
     included) only in its own turns. After each pair of turns, both frozen, the raw insert's
     1,000-row rate is sampled for 2 s (its merges waited for): the rate the ratios to raw divide by
     is the mean of the samples taken beside the scenario's turns, returned per scenario."""
-    servers: dict[bool, tuple[Server, str]] = {}
+    servers: dict[bool, Server] = {}
+    keys: dict[bool, str] = {}
     raw_samples: dict[str, list[int]] = {}
     loads: dict[bool, list[Load]] = {True: [], False: []}
     try:
         for beat in (True, False):
-            servers[beat] = start_server(args, work / ("server-beat" if beat else "server-no-beat"), beat=beat)
-            servers[beat][0].pause()
+            servers[beat] = server = Server(work / ("server-beat" if beat else "server-no-beat"),
+                                            env=server_env(args, beat=beat))
+            keys[beat] = start_server(server, beat=beat)
+            server.pause()
         turns = max(1, round(args.duration / args.turn_seconds))
         for n, scenario in enumerate(s for s in scenarios if s.name in args.scenarios):
             if n:
-                for server, _ in servers.values():  # let the previous scenario's merges settle, each in turn
+                for server in servers.values():  # let the previous scenario's merges settle, each in turn
                     server.resume()
                     time.sleep(pause)
                     server.pause()
@@ -1022,7 +1024,7 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float,
             log(f"{scenario.name}: {turns} turns of {args.duration / turns:g} s per server")
             for turn in range(turns):
                 for beat in ((True, False) if turn % 2 == 0 else (False, True)):
-                    server, key = servers[beat]
+                    server, key = servers[beat], keys[beat]
                     server.resume()
                     try:
                         sys.stderr.write(f"  [{'beat   ' if beat else 'no beat'}]")
@@ -1036,17 +1038,17 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float,
                 loads[beat].append(now[beat])
         runs = {}
         for beat in (True, False):
-            server = servers[beat][0]
+            server = servers[beat]
             server.resume()
             results = [load.result() for load in loads[beat]]
-            try:
-                runs[beat] = (results, finish_server(server, results))
-            except BaseException:
-                _failed(server, server.data_dir)
-                raise
+            runs[beat] = (results, finish_server(server, results))
         return runs, raw_samples
+    except BaseException:
+        for server in servers.values():
+            _failed(server, server.data_dir)
+        raise
     finally:
-        for server, _ in servers.values():
+        for server in servers.values():
             server.stop()
 
 

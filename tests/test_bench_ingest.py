@@ -28,7 +28,6 @@ def _load(name: str, batch: int, turns: list[tuple[int, float]]) -> Load:
         load.wall += wall
         load.latencies += [0.1] * (spans // batch)
         load.per_turn.append(spans / wall)
-        load.turns += 1
     return load
 
 
