@@ -192,7 +192,7 @@ class TracePresence:
         has them; without, e.g. an ``INSERT … SELECT``, only the filter learns the ids)."""
         now = time.monotonic()
         if rows is not None:
-            ids = np.array([t.encode() for t in trace_ids], dtype="S32")
+            ids = _id_keys(trace_ids)
             order = np.argsort(ids)
             fields = np.column_stack([np.asarray(column_values(rows, name), dtype=np.int64)[order] for name in
                                       ("spans_start", "spans_end", "start_time", "has_root", "version")])
@@ -215,29 +215,37 @@ class TracePresence:
 
     def split(self, project_id: int, trace_ids: list[str]) -> tuple[dict[str, dict], list[str]]:
         """({trace id: its latest summary's lookup fields} for those answered from memory, [ids to
-        read from ``traces``]). A trace in neither has no summary."""
+        read from ``traces``]). A trace in neither has no summary.
+
+        The filter is asked first: every summary in the recent chunks reached it too (``on_insert``;
+        a reset clears both), so an id it does not hold is new, and only the ones it may hold (the
+        traces that grow, and ~1 % false positives) are looked for among the recent summaries. Under
+        traffic whose traces arrive whole nearly every id is new, and the search of a minute of
+        chunks (a sorted search of text per chunk) is skipped for it."""
         self._ensure_filter()
         known: dict[str, dict] = {}
-        wanted = np.array([t.encode() for t in trace_ids], dtype="S32")
+        wanted = _id_keys(trace_ids)
         with self._lock:
             self._expire(time.monotonic())
-            open_ = np.ones(len(wanted), dtype=bool)  # not found in a newer chunk yet
+            bloom = self._filter
+            maybe = bloom.may_contain(project_id, trace_ids) if bloom is not None else np.ones(len(wanted), dtype=bool)
+            open_ = maybe.copy()  # may have a summary, and not found in a newer chunk yet
             for _, chunk_project, ids, fields, digests in reversed(self._recent):
-                if chunk_project != project_id or not open_.any():
+                if chunk_project != project_id:
                     continue
-                at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
-                hit = open_ & (ids[at] == wanted)
-                for i, row in zip(np.flatnonzero(hit).tolist(), at[hit].tolist()):
+                look = np.flatnonzero(open_)
+                if not len(look):
+                    break
+                at = np.minimum(np.searchsorted(ids, wanted[look]), len(ids) - 1)
+                hit = ids[at] == wanted[look]
+                for i, row in zip(look[hit].tolist(), at[hit].tolist()):
                     known[trace_ids[i]] = dict(zip(FIELDS, (*fields[row].tolist(), int(digests[row]))),
                                                trace_id=trace_ids[i])
-                open_ &= ~hit
-            unknown = [t for t, o in zip(trace_ids, open_.tolist()) if o]
-            bloom = self._filter
-            maybe = bloom.may_contain(project_id, unknown) if bloom is not None else np.ones(len(unknown), dtype=bool)
-        ask = [t for t, m in zip(unknown, maybe.tolist()) if m]
+                open_[look[hit]] = False
+        ask = [trace_ids[i] for i in np.flatnonzero(open_).tolist()]
         self.stats["asked"] += len(trace_ids)
         self.stats["recent"] += len(known)
-        self.stats["absent"] += len(unknown) - len(ask)
+        self.stats["absent"] += len(trace_ids) - int(maybe.sum())
         self.stats["read"] += len(ask)
         return known, ask
 
@@ -314,6 +322,15 @@ def _fixed_ids(column) -> np.ndarray:
         data = np.frombuffer(array.buffers()[1], dtype=np.uint8)[array.offset * 32:(array.offset + len(array)) * 32]
         return data.reshape(-1, 32)
     return _id_bytes([str(v) for v in array.to_pylist()])
+
+
+def _id_keys(trace_ids: list[str]) -> np.ndarray:
+    """Trace ids as sortable, comparable ``S32`` keys (UTF-8, cut at 32 bytes; numpy converts them
+    in C, not a loop of ``encode``)."""
+    try:
+        return np.array(trace_ids, dtype="S32")
+    except UnicodeEncodeError:  # not ASCII (never a valid id)
+        return np.array([t.encode() for t in trace_ids], dtype="S32")
 
 
 def _id_bytes(trace_ids) -> np.ndarray:
