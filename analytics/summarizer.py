@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+import numpy as np
 from django.conf import settings
 
 from config.live import group_send
@@ -259,22 +260,33 @@ def _previous(store, project_id: int, ids: list[str]) -> dict[str, dict]:
     return found
 
 
-def _write(store, reads: list[tuple[list[dict], object, dict]], *, prices, project_id: int, version: int) -> list[dict]:
+@dataclass
+class Written:
+    """The summaries a batch wrote, a column each: their traces' ids, starts (unix ns), span counts
+    and whether they have a root."""
+    trace_ids: list[str]
+    start_ns: np.ndarray
+    span_count: np.ndarray
+    has_root: np.ndarray
+
+
+def _write(store, reads: list[tuple[list[dict], object, dict]], *, prices, project_id: int, version: int) -> Written:
     """Write the summaries of the traces each ``(traces, spans, params)`` of ``reads`` names with the
     configured engine (``TRACEDASH_SUMMARY_ENGINE``; ``spans``: the ``arrays`` engine's read,
     ``_SPANS_SQL`` or ``_FEW_SPANS_SQL`` for a few traces over a long range, or the spans themselves
-    from memory, analytics.fresh_spans); returns each one's ``trace_id``, ``start_ns`` and ``span_count``."""
+    from memory, analytics.fresh_spans); returns what was written."""
     presence = trace_presence.presence_for(store)
     if summary_engine(store) == "arrays":
         rows = summary_arrays.summaries_write(store, [(spans, params) for _, spans, params in reads],
                                               project_id=project_id, version=version, prices=prices)
         if not len(rows):
-            return []
+            return Written([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
         ids = list(rows.column("trace_id"))
         if presence is not None:
             presence.written(project_id, ids, rows)
-        return [{"trace_id": t, "start_ns": s, "span_count": n, "has_root": r} for t, s, n, r in zip(
-            ids, rows.column("start_time").tolist(), rows.column("span_count").tolist(), rows.column("has_root").tolist())]
+        return Written(ids, np.asarray(rows.column("start_time"), dtype=np.int64),
+                       np.asarray(rows.column("span_count"), dtype=np.int64),
+                       np.asarray(rows.column("has_root"), dtype=bool))
     written = []
     for traces, _, params in reads:
         # A small batch (an incremental run's) on one thread: half the CPU; a large one (a backlog,
@@ -286,7 +298,9 @@ def _write(store, reads: list[tuple[list[dict], object, dict]], *, prices, proje
         if presence is not None:
             presence.written(project_id, [r["trace_id"] for r in rows])
         written.extend(rows)
-    return written
+    return Written([r["trace_id"] for r in written], np.array([int(r["start_ns"]) for r in written], dtype=np.int64),
+                   np.array([int(r["span_count"]) for r in written], dtype=np.int64),
+                   np.ones(len(written), dtype=bool))  # (this engine does not tell)
 
 
 def _start_range(traces: list[dict], previous: dict[str, dict]) -> tuple[int, int]:
@@ -394,23 +408,28 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
         if keys:
             for _, _, params in reads:
                 store.command(_INDEX_SQL, params, tag="analytics.summarizer.index")
-        dirty = set()
+        # Columns, not a loop over every trace: under traffic that arrives whole nearly every trace
+        # is new (no previous summary), and only those that grew are looked at one by one.
+        minutes = rows.start_ns // MINUTE_NS
+        dirty = set(np.unique(minutes).tolist())
         moved: list[tuple[str, int]] = []
-        for row in rows:
-            dirty.add(int(row["start_ns"]) // MINUTE_NS)
-            before = previous.get(row["trace_id"])
-            if before is not None and before["has_root"]:
+        for i, trace_id in enumerate(rows.trace_ids if previous else ()):
+            before = previous.get(trace_id)
+            if before is None:
+                continue
+            start_ns = int(rows.start_ns[i])
+            if before["has_root"]:
                 dirty.add(int(before["start_ns"]) // MINUTE_NS)
-            if before is not None and int(before["start_ns"]) != int(row["start_ns"]):
-                moved.append((row["trace_id"], int(before["start_ns"])))
-            spans_read += int(row["span_count"])
-            if rootless is not None and not row.get("has_root", 1):
-                rootless.append(row["trace_id"])
+            if int(before["start_ns"]) != start_ns:
+                moved.append((trace_id, int(before["start_ns"])))
+        spans_read += int(rows.span_count.sum())
+        if rootless is not None:
+            rootless.extend(rows.trace_ids[i] for i in np.flatnonzero(~rows.has_root).tolist())
         starts_retire(project_id=project_id, moved=moved, version=version)
         if dirty and mark_dirty:
             store.insert("rollup_dirty", [{"project_id": project_id, "bucket": m * MINUTE_NS} for m in sorted(dirty)],
                          tag="analytics.summarizer.mark_dirty")
-        written.extend(sorted(r["trace_id"] for r in rows))
+        written.extend(sorted(rows.trace_ids))
     return written, spans_read
 
 
