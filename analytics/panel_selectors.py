@@ -233,8 +233,9 @@ class ModelSpend:
 
 def panel_facets(*, project_id: int, start: datetime, end: datetime) -> dict[str, list[str]]:
     """The root services and models with requests in the hours the window touches (the filter
-    bar's choices), from the hour rollups: a few rows per hour instead of every trace; and from the
-    summaries of the minutes the rollups do not hold yet."""
+    bar's choices), from the hour rollups of the hours that have ended: a few rows per hour instead
+    of every trace; from the minute rollups of the hour under way; and from the summaries of the
+    minutes the rollups do not hold yet."""
     recent = latest_summaries_sql("service, model", [("recent_ms", "end_ms")], where="has_root = 1").replace(
         "{recent_ms:Int64}", _NOT_ROLLED_UP_MS)
     r = get_store().query(
@@ -242,6 +243,11 @@ def panel_facets(*, project_id: int, start: datetime, end: datetime) -> dict[str
         " SELECT service, model FROM rollup_hour"
         " WHERE project_id = {project_id:UInt64} AND requests > 0"
         " AND bucket >= toStartOfHour(toDateTime({start_s:UInt32}, 'UTC')) AND bucket < toDateTime({end_s:UInt32}, 'UTC')"
+        f" AND bucket < {_READY_HOUR}"
+        " UNION ALL SELECT service, model FROM rollup_minute"
+        " WHERE project_id = {project_id:UInt64} AND requests > 0"
+        f" AND bucket >= greatest(toStartOfHour(toDateTime({{start_s:UInt32}}, 'UTC')), {_READY_HOUR})"
+        " AND bucket < toDateTime({end_s:UInt32}, 'UTC')"
         f" UNION ALL SELECT toString(service), toString(model) FROM ({recent}))",
         {"project_id": project_id, "start_s": int(start.timestamp()), "end_s": int(end.timestamp()) + 1,
          "since_s": int(start.timestamp()) // 3600 * 3600, "end_ms": (int(end.timestamp()) + 1) * 1000},
@@ -287,8 +293,12 @@ def reads_concurrently(**reads: Callable[[], object]) -> dict[str, object]:
 # The minutes the rollup task has not recomputed since they ended (from rollup_services.READY_JOB
 # on: the open minute, at least) are read from the summaries (analytics.rollups.window_pieces).
 # (Nothing when the rollup task never ran for the project: its rollups are then taken as they are.)
-_NOT_ROLLED_UP_MS = ("toInt64(greatest(toInt64({since_s:UInt32}) * 1000, ifNull(nullIf((SELECT max(value) FROM task_watermarks"
-                     " WHERE project_id = {project_id:UInt64} AND job = 'rollup_ready'), 0), 4102444800000)))")
+_READY_MS = ("ifNull(nullIf((SELECT max(value) FROM task_watermarks WHERE project_id = {project_id:UInt64}"
+             " AND job = 'rollup_ready'), 0), 4102444800000)")
+_NOT_ROLLED_UP_MS = f"toInt64(greatest(toInt64({{since_s:UInt32}}) * 1000, {_READY_MS}))"
+# The hour of READY: the hours before it are rolled up whole (an hour's rollup is recomputed once the
+# hour has ended: analytics.rollup_services), its closed minutes are in the minute rollup.
+_READY_HOUR = f"toStartOfHour(fromUnixTimestamp64Milli(toInt64({_READY_MS}), 'UTC'))"
 
 
 def first_request_since(*, project_id: int, since: datetime) -> datetime | None:

@@ -15,6 +15,8 @@ whatever the marks say by a run with marks at most every ``TRACEDASH_ROLLUP_LATE
 (its own watermark, ``rollup_late``). Only minutes that have ended are recomputed: the open one
 (its marks taken, ``rollup_deferred`` noting it) is recomputed by the first run after it ended, and
 readers take the whole minutes from ``rollup_ready`` on from the summaries (``rollups.window_pieces``).
+Likewise an hour, six hours or day is recomputed with its minutes only once it has ended (by the
+first run after its end, when one was left open): readers take it whole only from then on.
 Re-covering the window on every 10 s run and the current minute on each aggregated each trace about
 66 times; the window once a minute, about 17; the open minute deferred and the window every 300 s,
 about 3.
@@ -203,23 +205,27 @@ def rollup_buckets_recompute(*, project_id: int, level: str, buckets: Iterable[i
     return len(buckets)
 
 
-def rollup_minutes_recompute(*, project_id: int, minutes: Iterable[int]) -> tuple[int, int, int]:
-    """Recompute the given minutes (unix seconds) and the hours and days that hold them.
+# The coarser levels, each after the one it is computed from (``_SOURCES``), with their bucket size.
+_UPPER = (("hour", HOUR), ("hour_all", HOUR), ("6h", SIX_HOURS), ("6h_all", SIX_HOURS), ("day", DAY), ("day_all", DAY))
+
+
+def rollup_minutes_recompute(*, project_id: int, minutes: Iterable[int], ended_by_s: int | None = None,
+                             ended: dict[int, Iterable[int]] | None = None) -> tuple[int, int, int]:
+    """Recompute the given minutes (unix seconds) and the hours, six hours and days that hold them.
+    ``ended_by_s``: only the coarser buckets that ended by then (unix s); one still open is left
+    out (no reader takes it before it has ended: ``rollups.window_pieces``), and the run after its
+    end recomputes it (``ended``: {bucket size: buckets} to recompute whatever ``minutes`` holds).
     Returns (minutes, hours, days) recomputed."""
     minutes = sorted({_floor(int(m), MINUTE) for m in minutes})
-    if not minutes:
-        return 0, 0, 0
     n_minutes = rollup_buckets_recompute(project_id=project_id, level="minute", buckets=minutes)
-    hours = {_floor(m, HOUR) for m in minutes}
-    n_hours = rollup_buckets_recompute(project_id=project_id, level="hour", buckets=hours)
-    rollup_buckets_recompute(project_id=project_id, level="hour_all", buckets=hours)
-    quarters = {_floor(h, SIX_HOURS) for h in hours}
-    rollup_buckets_recompute(project_id=project_id, level="6h", buckets=quarters)
-    rollup_buckets_recompute(project_id=project_id, level="6h_all", buckets=quarters)
-    days = {_floor(h, DAY) for h in hours}
-    n_days = rollup_buckets_recompute(project_id=project_id, level="day", buckets=days)
-    rollup_buckets_recompute(project_id=project_id, level="day_all", buckets=days)
-    return n_minutes, n_hours, n_days
+    done = {}
+    for level, size in _UPPER:
+        buckets = {_floor(m, size) for m in minutes}
+        if ended_by_s is not None:
+            buckets = {b for b in buckets if b + size <= ended_by_s}
+        buckets |= set((ended or {}).get(size, ()))
+        done[level] = rollup_buckets_recompute(project_id=project_id, level=level, buckets=buckets)
+    return n_minutes, done["hour"], done["day"]
 
 
 @dataclass
@@ -273,10 +279,17 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         window = range(_floor(now_s - late, MINUTE), closed_s, MINUTE) if cover_window else range(0)
         # An open minute is not recomputed: its traces keep arriving, and every read takes the
         # minutes from READY on from the summaries (each run recomputed the current minute again:
-        # about six times a minute at the default 10 s).
+        # about six times a minute at the default 10 s). Nor is an hour, six hours or day that has
+        # not ended: readers take one only once every minute of it is before READY, and a trace
+        # that starts just before a minute's end marks that minute again for tens of seconds, each
+        # run recomputing all six coarser levels with it (``_UPPER``). The run after a bucket's end
+        # recomputes it: those the last run's READY fell in that have ended since.
         deferred = [m for m in marked if m >= closed_s]
+        ended = {size: [_floor(ready_s - 1, size)] for size in (HOUR, SIX_HOURS, DAY)
+                 if ready_s and ready_s < _floor(ready_s - 1, size) + size <= closed_s}
         minutes, hours, days = rollup_minutes_recompute(
-            project_id=project_id, minutes=[m for m in marked if m < closed_s] + list(window) + list(closing))
+            project_id=project_id, minutes=[m for m in marked if m < closed_s] + list(window) + list(closing),
+            ended_by_s=closed_s, ended=ended)
         if deferred:
             watermark_set(project_id=project_id, job=DEFERRED_JOB, value=(max(deferred) + MINUTE) * 1000)
         if closed_s > ready_s:

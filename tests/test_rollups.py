@@ -154,18 +154,86 @@ def _table_totals(project_id: int, table: str) -> dict:
 
 
 def test_hour_and_day_rollups_agree_with_minutes(seeded):
+    """The hours that have ended agree with their minutes at once; the hour, six hours and day under
+    way are left to the first run after they end (no reader takes them before), and then all agree."""
     project, start, end = seeded
+
+    def per_hour(table: str) -> list:
+        source = "toStartOfHour(bucket)" if table == "rollup_minute" else "bucket"
+        return get_store().query(
+            f"SELECT {source} AS h, sum(requests) AS n, sumMap(ttft_hist) AS t FROM {table} FINAL"
+            " WHERE project_id = {p:UInt64} AND h < {ready:DateTime('UTC')} - toIntervalHour(1) + toIntervalSecond(1)"
+            " GROUP BY h HAVING n > 0 ORDER BY h",
+            {"p": project.pk, "ready": utc(rollup_services.rollups_ready_ns(project_id=project.pk)).strftime(
+                "%Y-%m-%d %H:%M:%S")}, tag="tests.rollups.by_hour").rows
+
+    assert _table_totals(project.pk, "rollup_minute")["requests"] == 1200
+    ended = per_hour("rollup_minute")
+    assert ended and per_hour("rollup_hour") == ended == per_hour("rollup_hour_all")
+    # A run after the day ends (a trace arrived meanwhile: its minute is marked) recomputes what was
+    # left open: every level then agrees with the minutes.
+    ready_s = rollup_services.rollups_ready_ns(project_id=project.pk) // NS
+    insert_spans(project.pk, random_trace(random.Random(60), start_ns=start + 90 * NS, service="chat-api"))
+    summarizer.traces_summarize(project_ids=[project.pk])
+    rollup_services.rollups_update(project_ids=[project.pk], now_ns=(ready_s // 86400 + 1) * 86400 * NS + 120 * NS)
     minute, hour, six, day = (_table_totals(project.pk, t) for t in ("rollup_minute", "rollup_hour", "rollup_6h",
                                                                       "rollup_day"))
-    assert minute["requests"] == 1200
+    assert minute["requests"] == 1201
     assert minute == hour == six == day
-    per_hour = get_store().query(
-        "SELECT toStartOfHour(bucket) AS h, sum(requests) AS n, sumMap(ttft_hist) AS t FROM rollup_minute FINAL"
-        " WHERE project_id = {p:UInt64} GROUP BY h ORDER BY h", {"p": project.pk}, tag="tests.rollups.by_hour").rows
+    assert (_table_totals(project.pk, "rollup_hour_all")["requests"] == _table_totals(project.pk, "rollup_6h_all")["requests"]
+            == _table_totals(project.pk, "rollup_day_all")["requests"] == 1201)
     hours = get_store().query(
         "SELECT bucket, sum(requests), sumMap(ttft_hist) FROM rollup_hour FINAL WHERE project_id = {p:UInt64}"
-        " GROUP BY bucket ORDER BY bucket", {"p": project.pk}, tag="tests.rollups.hours").rows
-    assert per_hour == hours
+        " AND requests > 0 GROUP BY bucket ORDER BY bucket", {"p": project.pk}, tag="tests.rollups.hours").rows
+    minutes = get_store().query(
+        "SELECT toStartOfHour(bucket) AS h, sum(requests), sumMap(ttft_hist) FROM rollup_minute FINAL"
+        " WHERE project_id = {p:UInt64} AND requests > 0 GROUP BY h ORDER BY h", {"p": project.pk},
+        tag="tests.rollups.by_hour_all").rows
+    assert hours == minutes
+
+
+def test_an_hour_six_hours_and_day_under_way_are_rolled_up_once_they_have_ended(project_with_key, settings):
+    """A run recomputes the minutes that ended, but not the hour, six hours or day they belong to
+    while that is still under way (a minute whose traces keep arriving is marked again on every
+    run, and each recomputed all six coarser levels with it); the first run after one ends does.
+    Until then readers take those minutes from the minute rollup, so nothing is missing."""
+    settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS = 0
+    project, _ = project_with_key()
+    day = (time.time_ns() // NS // 86400 - 2) * 86400  # two days ago, midnight (unix s)
+    hour = day + 7 * 3600  # 07:00, in the six hours 06:00-12:00
+    rng = random.Random(31)
+
+    def add(at_s: int) -> None:
+        insert_spans(project.pk, random_trace(rng, start_ns=at_s * NS, service="under-way"))
+        summarizer.traces_summarize(project_ids=[project.pk])
+
+    def requests(table: str, bucket_s: int) -> int:
+        return int(get_store().query(
+            f"SELECT sum(requests) FROM {table} FINAL WHERE project_id = {{p:UInt64}} AND bucket = {{b:DateTime('UTC')}}",
+            {"p": project.pk, "b": utc(bucket_s * NS).strftime("%Y-%m-%d %H:%M:%S")}, tag="tests.rollups.under_way").scalar())
+
+    add(hour + 5 * 60)
+    rollup_services.rollups_update(project_ids=[project.pk], now_ns=(hour + 30 * 60) * NS)
+    assert requests("rollup_minute", hour + 5 * 60) == 1
+    assert requests("rollup_hour", hour) == requests("rollup_6h", day + 6 * 3600) == requests("rollup_day", day) == 0
+    window = (utc((hour - 3600) * NS), utc((hour + 30 * 60) * NS))
+    assert rollups.window_stats(project_id=project.pk, start=window[0], end=window[1]).requests == 1
+    assert "under-way" in panel_selectors.panel_facets(project_id=project.pk, start=window[0], end=window[1])["services"]
+
+    add(hour + 40 * 60)
+    rollup_services.rollups_update(project_ids=[project.pk], now_ns=(hour + 61 * 60) * NS)  # the hour has ended
+    assert requests("rollup_hour", hour) == requests("rollup_hour_all", hour) == 2
+    assert requests("rollup_6h", day + 6 * 3600) == requests("rollup_day", day) == 0  # still under way
+    assert rollups.window_stats(project_id=project.pk, start=utc((hour - 3600) * NS),
+                                end=utc((hour + 61 * 60) * NS)).requests == 2
+
+    add(hour + 50 * 60)  # a late trace in the hour that ended: that hour again, at once
+    rollup_services.rollups_update(project_ids=[project.pk], now_ns=(day + 86400 + 60) * NS)  # the day has ended
+    assert requests("rollup_hour", hour) == 3
+    assert requests("rollup_6h", day + 6 * 3600) == requests("rollup_6h_all", day + 6 * 3600) == 3
+    assert requests("rollup_day", day) == requests("rollup_day_all", day) == 3
+    assert rollups.window_stats(project_id=project.pk, start=utc((day - 86400) * NS),
+                                end=utc((day + 2 * 86400) * NS)).requests == 3
 
 
 def no_model_requests(project_id: int, table: str = "rollup_minute") -> int:
@@ -203,11 +271,15 @@ def test_late_spans_and_reruns_never_double_count(project_with_key):
     assert no_model_requests(project.pk) == 0  # the rows of model '' were zeroed, not left behind
     assert assert_window_agrees(project.pk, start, end, model="a").requests + \
         assert_window_agrees(project.pk, start, end, model="b").requests == 300
-    # the same minutes recomputed again, directly: nothing changes
-    before = _table_totals(project.pk, "rollup_minute"), _table_totals(project.pk, "rollup_day")
+    # the same minutes recomputed again, directly (and with them every coarser level, ended or
+    # not): the minutes do not change, and a second time nothing does
+    before = _table_totals(project.pk, "rollup_minute")
     rollup_services.rollup_minutes_recompute(project_id=project.pk, minutes=range(start // NS, end // NS, 60))
-    assert (_table_totals(project.pk, "rollup_minute"), _table_totals(project.pk, "rollup_day")) == before
-    assert before[0]["requests"] == 300
+    assert _table_totals(project.pk, "rollup_minute") == before
+    assert before["requests"] == 300
+    after = _table_totals(project.pk, "rollup_day")
+    rollup_services.rollup_minutes_recompute(project_id=project.pk, minutes=range(start // NS, end // NS, 60))
+    assert (_table_totals(project.pk, "rollup_minute"), _table_totals(project.pk, "rollup_day")) == (before, after)
     for table in ("rollup_hour", "rollup_6h", "rollup_day", "rollup_hour_all", "rollup_6h_all", "rollup_day_all"):
         assert _table_totals(project.pk, table)["requests"] == 300, table
     assert no_model_requests(project.pk, "rollup_hour") == no_model_requests(project.pk, "rollup_day") == 0
@@ -308,6 +380,9 @@ def test_compare_attribute_values(project_with_key):
 
 def test_totals_over_services_and_models_agree_with_the_groups(seeded):
     project, start, end = seeded
+    # every level of the seeded minutes, those under way included (a run leaves them to its first
+    # run after they end: test_an_hour_six_hours_and_day_under_way_...)
+    rollup_services.rollup_minutes_recompute(project_id=project.pk, minutes=range(start // NS, end // NS, 60))
     for level in ("hour", "6h", "day"):
         groups = get_store().query(
             f"SELECT bucket, sum(requests), sum(errors), sum(e2e_sum_ns), sumMap(e2e_hist), sumMap(ttft_hist),"
@@ -375,7 +450,9 @@ def test_any_arrival_order_with_reruns_stays_exact(db):
 
     from projects.services import project_create
 
-    base = (time.time_ns() - 4 * 3600 * NS) // (60 * NS) * 60 * NS
+    # two days ago: every hour, six hours and day has ended, so each run recomputes them with their
+    # minutes (a bucket under way waits for its end: test_an_hour_six_hours_and_day_under_way_...)
+    base = (time.time_ns() - 2 * 86400 * NS) // (60 * NS) * 60 * NS
 
     @hsettings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
     @given(seed=st.integers(0, 10**6), traces=st.integers(1, 8), rounds=st.integers(1, 3),
