@@ -228,7 +228,7 @@ class TracePresence:
         with self._lock:
             self._expire(time.monotonic())
             bloom = self._filter
-            maybe = bloom.may_contain(project_id, trace_ids) if bloom is not None else np.ones(len(wanted), dtype=bool)
+            maybe = bloom.may_contain(project_id, wanted) if bloom is not None else np.ones(len(wanted), dtype=bool)
             open_ = maybe.copy()  # may have a summary, and not found in a newer chunk yet
             for _, chunk_project, ids, fields, digests in reversed(self._recent):
                 if chunk_project != project_id:
@@ -334,17 +334,14 @@ def _id_keys(trace_ids: list[str]) -> np.ndarray:
 
 
 def _id_bytes(trace_ids) -> np.ndarray:
-    """Trace ids (text) as an (n, 32) array of bytes (other lengths padded or cut: only their
-    hashes matter)."""
-    if isinstance(trace_ids, np.ndarray):
-        return trace_ids
-    try:
-        # numpy encodes (ASCII), cuts at 32 and pads with NUL in C, ~10x faster than a loop
-        data = np.array(trace_ids, dtype="S32").view(np.uint8).reshape(-1, 32).copy()
-    except UnicodeEncodeError:  # not ASCII (never a valid id): the loop, as UTF-8
-        joined = b"".join(t.encode()[:32].ljust(32, b"0") for t in trace_ids)
-        return np.frombuffer(joined, dtype=np.uint8).reshape(-1, 32)
-    data[data == 0] = ord("0")  # padded with "0", as the loop pads (a valid id holds no NUL)
+    """Trace ids (text, or their ``_id_keys``) as an (n, 32) array of bytes (other lengths padded
+    with "0" or cut: only their hashes matter)."""
+    if isinstance(trace_ids, np.ndarray) and trace_ids.dtype == np.uint8:
+        return trace_ids  # already (n, 32) bytes (``_fixed_ids``)
+    keys = trace_ids.astype("S32", copy=False) if isinstance(trace_ids, np.ndarray) and trace_ids.dtype.kind == "S" \
+        else _id_keys(trace_ids)
+    data = keys.view(np.uint8).reshape(-1, 32).copy()
+    data[data == 0] = ord("0")  # padded with "0" (a valid id holds no NUL)
     return data
 
 
