@@ -106,6 +106,7 @@ class Env:
     proxy_ssl_header: str | None = None
     beat_in_process: bool = True
     release_memory_seconds: int = 5  # embedded store: return freed memory this often (0: never)
+    background_nice: int = 10  # Linux: the embedded beat's threads and the embedded store's merges run this much nicer
     demo_simulator_port: int = 0
     slow_query_ms: int = 1000
     slow_write_ms: int = 5000
@@ -405,6 +406,7 @@ def load(environ=None) -> Env:
         key_cache_ms=_positive_int(environ, "TRACEDASH_KEY_CACHE_MS", 500, minimum=0, maximum=60_000),
         beat_in_process=_flag(environ, "TRACEDASH_EMBEDDED_BEAT", "1"),
         release_memory_seconds=_positive_int(environ, "TRACEDASH_RELEASE_MEMORY_SECONDS", 5, minimum=0, maximum=3600),
+        background_nice=_positive_int(environ, "TRACEDASH_BACKGROUND_NICE", 10, minimum=0, maximum=19),
         host=host,
         port=_positive_int(environ, "PORT", 8000, maximum=65535),
         alerts_evaluate_seconds=float(_positive_int(environ, "TRACEDASH_ALERTS_EVALUATE_SECONDS", 5, maximum=3600)),

@@ -8,6 +8,10 @@ Entries named in ``own_thread`` run in a thread of their own, the rest one after
 shared one: the summariser (every 2 s) must not wait behind a rollup or an alert round that takes
 seconds under load, or a trace's summary appears late (``bench/summary_lag.py``). In production
 Celery workers run the tasks concurrently as well; every task is idempotent.
+
+The beat's threads run at a lower CPU priority (``nice``: ``TRACEDASH_BACKGROUND_NICE`` in ``serve``;
+config.priority): on a busy machine the cores go to the requests first and the beat takes what they
+leave. Its work waits, it is not dropped; the threads its tasks start inherit the priority.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ from datetime import datetime, timezone
 
 from celery.schedules import maybe_schedule
 
+from config import priority
+
 log = logging.getLogger("tracedash.beat")
 
 
 class EmbeddedBeat:
-    def __init__(self, app, schedule: dict, *, max_sleep: float = 1.0, own_thread: tuple[str, ...] = ()):
+    def __init__(self, app, schedule: dict, *, max_sleep: float = 1.0, own_thread: tuple[str, ...] = (),
+                 nice: int = 0):
         self.app = app
+        self.nice = nice
         app.loader.import_default_modules()  # registers the tasks autodiscover_tasks() found
         self.entries = {
             name: {"task": entry["task"], "schedule": maybe_schedule(entry["schedule"]),
@@ -63,6 +71,7 @@ class EmbeddedBeat:
         return next_in
 
     def _loop(self, names: list[str]) -> None:
+        priority.lower(self.nice)
         while not self._stop.is_set():
             self._stop.wait(self.tick(names=names))
 

@@ -29,6 +29,8 @@ from typing import Any, Sequence
 
 import msgspec
 
+from config import priority
+
 from .errors import DataDirLocked, StoreAuthError, StoreBusy, StoreError, StoreTimeout, StoreUnavailable, query_error
 
 log = logging.getLogger("tracedash.store")
@@ -298,6 +300,13 @@ class ConnectionPool:
 # (docs/BENCHMARKS.md, "optimize on insert").
 SESSION_SETTINGS = {"optimize_on_insert": 0}
 
+# The embedded ClickHouse's merge threads: its background executor's, which the engine starts once per
+# process, when the first MergeTree table is created or loaded, and which run nothing else.
+MERGE_THREAD_NAME = "MergeMutate"
+_MERGES_LOWERED: list[int] = []  # their ids, once lowered in this process (config.priority)
+_MERGES_LOCK = threading.Lock()
+_MERGES_NEXT_LOOK = [0.0]  # monotonic time before which a statement does not look for them again
+
 # Inserts running now in this process, per (database, table): {insert number: its start, unix ns}.
 # chdb opens a data directory in one process only, so in the embedded mode these are all the
 # inserts there are (``EmbeddedBackend.settled_until_ns``).
@@ -311,9 +320,13 @@ class EmbeddedBackend:
 
     name = "embedded"
 
-    def __init__(self, path: Path, database: str):
+    def __init__(self, path: Path, database: str, *, merge_nice: int = 0):
         self.path = Path(path)
         self.database = database
+        # How much lower the CPU priority of the engine's merges is than the process's (set once per
+        # process, by the first backend that opens; config.priority): the server's
+        # TRACEDASH_BACKGROUND_NICE. A merge is background work: under load the requests come first.
+        self.merge_nice = merge_nice
         self._database_ready = False
         self._lock = threading.Lock()
         self._pool = ConnectionPool(self._open, _close_quietly)
@@ -358,6 +371,29 @@ class EmbeddedBackend:
             raise
         return conn
 
+    def _lower_merges(self) -> None:
+        """Lower the CPU priority of the engine's merge threads by ``merge_nice``, once per process:
+        a statement looks for them (``/proc/self/task``, well under a millisecond) at most once a
+        second until they have started."""
+        now = time.monotonic()
+        if now < _MERGES_NEXT_LOOK[0] or not _MERGES_LOCK.acquire(blocking=False):
+            return
+        try:
+            if _MERGES_LOWERED:
+                return
+            _MERGES_NEXT_LOOK[0] = now + 1.0
+            if not priority.supported():
+                _MERGES_LOWERED.append(0)  # nothing to do here, ever
+                return
+            tids = priority.threads_named(MERGE_THREAD_NAME)
+            if tids:
+                lowered = [tid for tid in tids if priority.lower(self.merge_nice, tid)]
+                _MERGES_LOWERED.extend(lowered or [0])  # [0]: found, and none could be lowered
+                log.info("embedded ClickHouse: %d of %d merge thread(s) at nice +%d", len(lowered), len(tids),
+                         self.merge_nice)
+        finally:
+            _MERGES_LOCK.release()
+
     def _ensure_database(self, conn) -> None:
         if self._database_ready:
             return
@@ -373,6 +409,8 @@ class EmbeddedBackend:
             if self._closed:
                 raise StoreUnavailable(self._closed_message(), tag=tag)
             self._active += 1
+        if self.merge_nice > 0 and not _MERGES_LOWERED:
+            self._lower_merges()
         try:
             with self._pool.lent() as conn:
                 try:

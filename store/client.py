@@ -273,7 +273,9 @@ def store_from_settings(database: str | None = None) -> Store:
                             write_ms=getattr(env, "slow_write_ms", SLOW_WRITE_MS))
     cluster = getattr(settings, "TRACEDASH_CLICKHOUSE_CLUSTER", None) or None
     if url is None:
-        return Store(EmbeddedBackend(settings.TRACEDASH_CLICKHOUSE_PATH, database), slow_log=slow_log, cluster=cluster)
+        backend = EmbeddedBackend(settings.TRACEDASH_CLICKHOUSE_PATH, database,
+                                  merge_nice=getattr(env, "background_nice", 0))
+        return Store(backend, slow_log=slow_log, cluster=cluster)
     return Store(NativeBackend(url, database, cluster=cluster), slow_log=slow_log, cluster=cluster)
 
 

@@ -87,7 +87,8 @@ class Command(BaseCommand):
 
                 # The summariser in a thread of its own: a trace's summary must not wait behind a
                 # rollup or an alert round.
-                beat = EmbeddedBeat(app, settings.CELERY_BEAT_SCHEDULE, own_thread=("traces-summarize",))
+                beat = EmbeddedBeat(app, settings.CELERY_BEAT_SCHEDULE, own_thread=("traces-summarize",),
+                                    nice=settings.ENV.background_nice)
                 beat.start()
             demo = self._start_demo(host, port) if settings.ENV.demo and embedded else None
             shown = f"[{host}]" if ":" in host else host
