@@ -324,9 +324,10 @@ class EmbeddedBackend:
         self.path = Path(path)
         self.database = database
         # How much lower the CPU priority of the engine's merges is than the process's (set once per
-        # process, by the first backend that opens; config.priority): the server's
-        # TRACEDASH_BACKGROUND_NICE. A merge is background work: under load the requests come first.
-        self.merge_nice = merge_nice
+        # process, by the first backend that opens; config.priority; 0 where a thread has no priority of
+        # its own): the server's TRACEDASH_BACKGROUND_NICE. A merge is background work: under load
+        # the requests come first.
+        self.merge_nice = merge_nice if priority.supported() else 0
         self._database_ready = False
         self._lock = threading.Lock()
         self._pool = ConnectionPool(self._open, _close_quietly)
@@ -382,9 +383,6 @@ class EmbeddedBackend:
             if _MERGES_LOWERED:
                 return
             _MERGES_NEXT_LOOK[0] = now + 1.0
-            if not priority.supported():
-                _MERGES_LOWERED.append(0)  # nothing to do here, ever
-                return
             tids = priority.threads_named(MERGE_THREAD_NAME)
             if tids:
                 lowered = [tid for tid in tids if priority.lower(self.merge_nice, tid)]

@@ -1,15 +1,13 @@
 """The embedded beat runs the Celery beat schedule in-process: here, the local host sampler."""
 
 import logging
-import os
-import sys
-import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from celery import shared_task
 
 from agent.sampler import GpuSample, ResourceSampler
+from config import priority
 from config.celery import app
 from server.embedded_beat import EmbeddedBeat
 from store import get_store
@@ -111,21 +109,18 @@ NICE_SEEN = []
 
 @shared_task(name="tests.nice_task")
 def nice_task():
-    import os
-    import threading
-
-    NICE_SEEN.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+    NICE_SEEN.append(priority.nice_of())
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread has a nice value of its own on Linux only")
+@pytest.mark.skipif(not priority.supported(), reason="a thread has a nice value of its own on Linux only")
 @pytest.mark.parametrize("nice", [0, 7])
 def test_the_beat_threads_run_at_the_priority_asked_for_and_the_rest_of_the_process_keeps_its_own(nice):
-    """TRACEDASH_BEAT_NICE: the beat's threads (each lane's) lower their own CPU priority; the thread
-    that started the beat, and so the request threads, keep theirs."""
+    """TRACEDASH_BACKGROUND_NICE: the beat's threads (each lane's) lower their own CPU priority; the
+    thread that started the beat, and so the request threads, keep theirs."""
     from tests.conftest import wait_until
 
     NICE_SEEN.clear()
-    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    own = priority.nice_of()
     beat = EmbeddedBeat(app, {"shared": {"task": "tests.nice_task", "schedule": 3600.0},
                               "alone": {"task": "tests.nice_task", "schedule": 3600.0}},
                         own_thread=("alone",), nice=nice)
@@ -135,7 +130,7 @@ def test_the_beat_threads_run_at_the_priority_asked_for_and_the_rest_of_the_proc
     finally:
         assert beat.stop(timeout=60)
     assert NICE_SEEN == [min(19, own + nice)] * 2
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
+    assert priority.nice_of() == own
 
 
 def test_unknown_task_in_schedule_fails_at_start():
