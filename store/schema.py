@@ -149,10 +149,13 @@ DATETIME_NS = "DateTime64(9, 'UTC')"
 # disk and no measured cost to the window scans (docs/BENCHMARKS.md). Set when a table is created;
 # a store created before keeps 8,192 (ClickHouse cannot change it on an existing table).
 POINT_READ_GRANULES = "index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536"
-# Young small parts of ``spans`` merge once about twenty of a size have gathered, not five
-# (ClickHouse's default): under many small ingest batches each span is rewritten fewer times
-# (migration 0023; docs/BENCHMARKS.md "Merges of small parts").
-SPANS_MERGE_SETTINGS = "merge_selector_base = 20"
+# Young small parts merge once about twenty of a size have gathered, not five (ClickHouse's
+# default), on the tables written in many small parts: ``spans`` (under many small ingest batches
+# each span is rewritten fewer times; migration 0023, docs/BENCHMARKS.md "Merges of small parts")
+# and the summaries, ``traces`` and ``traces_by_start`` (a part of each every summariser run, 2 s:
+# their merges cost 38-41 % less CPU, for about twice the parts alive; migration 0026,
+# docs/BENCHMARKS.md "The summaries' merges").
+FEWER_MERGES = "merge_selector_base = 20"
 # Every table's outdated parts (those a merge replaced) are removed by its cleanup thread, which
 # waits longer after each round that found little to remove: up to 300 s (ClickHouse's
 # max_cleanup_delay_period). Under steady ingestion the merges' outdated parts then pile up between
@@ -224,7 +227,7 @@ SPANS = Table(
         "idx_duration duration_ns TYPE minmax GRANULARITY 4",
     ),
     # (a trace's spans lie in a few granules, one per service it touched: POINT_READ_GRANULES)
-    settings=f"{POINT_READ_GRANULES}, ttl_only_drop_parts = 1, {DEDUP_WINDOW}, {SPANS_MERGE_SETTINGS}",
+    settings=f"{POINT_READ_GRANULES}, ttl_only_drop_parts = 1, {DEDUP_WINDOW}, {FEWER_MERGES}",
     added_columns=(("phase_fallback", 0), ("cache", 0)),
     # Cluster: by trace, so a trace's spans, span logs, summary and scores share one shard (FINAL and
     # the per-trace summary, joins and IN (traces) stay correct within a shard); every copy of a span
@@ -413,7 +416,7 @@ TRACES = Table(
         "idx_start start_time TYPE minmax GRANULARITY 1",
         "idx_service service TYPE set(256) GRANULARITY 4",
     ),
-    settings=f"{POINT_READ_GRANULES}, {DEDUP_WINDOW}",
+    settings=f"{POINT_READ_GRANULES}, {DEDUP_WINDOW}, {FEWER_MERGES}",
     # Cluster: by trace (the ReplacingMergeTree key is the trace): every version of a summary meets
     # on the shard that holds the trace's spans, where the summariser reads them.
     shard_key="cityHash64(trace_id)",
@@ -434,7 +437,7 @@ TRACES_BY_START = Table(
     partition_by="toDate(start_time)",
     order_by="(project_id, start_time, trace_id)",
     ttl="toDateTime(start_time) + toIntervalDay({retention_days})",
-    settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}",
+    settings=f"index_granularity = 8192, ttl_only_drop_parts = 1, {DEDUP_WINDOW}, {FEWER_MERGES}",
     # Cluster: by trace, as ``traces``: the materialized view copies each shard's traces_local into
     # its own traces_by_start_local, and a row's versions (same start) meet there under FINAL.
     shard_key="cityHash64(trace_id)",

@@ -169,22 +169,26 @@ def test_0022_retires_the_old_starts_of_summaries_stored_before_it(fresh_store):
         assert fresh_store.query(live, params, tag="tests.upgrade").rows == [(moved, 3), (still, 2)]
 
 
-def test_0023_sets_the_spans_merge_selector_on_stores_created_before_it(fresh_store):
-    """A store created by this release has ``merge_selector_base = 20`` on ``spans``; one created
-    before (ClickHouse's default, 5) gets it from 0023, and running 0023 again changes nothing."""
-    from store.schema import SPANS_MERGE_SETTINGS
+@pytest.mark.parametrize("migration_name, tables", [("0023", ("spans",)), ("0026", ("traces", "traces_by_start"))])
+def test_the_merge_selector_is_set_on_stores_created_before_it(fresh_store, migration_name, tables):
+    """A store created by this release has ``merge_selector_base = 20`` on ``spans`` (0023) and on
+    the summaries' tables (0026); one created before (ClickHouse's default, 5) gets it from the
+    migration, and running it again changes nothing."""
+    from store.schema import FEWER_MERGES
 
-    def spans_ddl() -> str:
-        return fresh_store.query("SHOW CREATE TABLE spans", tag="tests.upgrade").rows[0][0]
+    def ddl(table: str) -> str:
+        return fresh_store.query(f"SHOW CREATE TABLE {table}", tag="tests.upgrade").rows[0][0]
 
     ctx = MigrationContext(retention_days=30)
     migrate(fresh_store, ctx)
-    assert SPANS_MERGE_SETTINGS == "merge_selector_base = 20"
-    assert "merge_selector_base = 20" in spans_ddl()
-    fresh_store.command("ALTER TABLE spans MODIFY SETTING merge_selector_base = 5", tag="tests.upgrade")  # as before
-    assert "merge_selector_base = 20" not in spans_ddl()
-    migration = next(m for m in discover() if m.name.startswith("0023"))
+    assert FEWER_MERGES == "merge_selector_base = 20"
+    for table in tables:
+        assert "merge_selector_base = 20" in ddl(table)
+        fresh_store.command(f"ALTER TABLE {table} MODIFY SETTING merge_selector_base = 5", tag="tests.upgrade")  # as before
+        assert "merge_selector_base = 20" not in ddl(table)
+    migration = next(m for m in discover() if m.name.startswith(migration_name))
     for _ in range(2):
         for statement in migration.statements(ctx):
             fresh_store.command(statement, tag="tests.upgrade")
-        assert "merge_selector_base = 20" in spans_ddl()
+        for table in tables:
+            assert "merge_selector_base = 20" in ddl(table)

@@ -13,8 +13,8 @@ Tables created by 0001 after this change already carry the setting; MODIFY SETTI
 On a cluster it applies to the ``_local`` tables that keep the rows.
 """
 
-from store.schema import SPANS, SPANS_MERGE_SETTINGS
+from store.schema import SPANS, FEWER_MERGES
 
 
 def statements(ctx):
-    return ctx.alter(SPANS.name, f"MODIFY SETTING {SPANS_MERGE_SETTINGS}")
+    return ctx.alter(SPANS.name, f"MODIFY SETTING {FEWER_MERGES}")
