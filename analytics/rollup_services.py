@@ -9,7 +9,8 @@ one, and the bucket is recomputed from the summaries), and a key that vanished f
 trace moved to another model when its model call arrived) is written as a zero row.
 
 Which minutes: those the summariser marked in ``rollup_dirty`` since this job's watermark (minus an
-overlap, as the summariser does) — every minute a summary was written in, or moved out of — and, as a
+overlap, as the summariser does), and those it holds in memory on the embedded store
+(analytics.rollup_marks) — every minute a summary was written in, or moved out of — and, as a
 safety net, every minute of the late-arrival window (``TRACEDASH_ROLLUP_LATE_SECONDS``), re-covered
 whatever the marks say by a run with marks at most every ``TRACEDASH_ROLLUP_LATE_EVERY_SECONDS``
 (its own watermark, ``rollup_late``). Only minutes that have ended are recomputed: the open one
@@ -33,6 +34,8 @@ from django.conf import settings
 
 from store import get_store
 from store.schema import ROLLUP_HISTOGRAMS, ROLLUP_MINUTE
+
+from . import rollup_marks
 
 from .summarizer import _clock_ns, read_until_ms, watermark_get, watermark_set
 from analytics.trace_math import PHASES
@@ -258,15 +261,20 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         project_ids = list(Project.objects.values_list("pk", flat=True))
     late = int(settings.TRACEDASH_ROLLUP_LATE_SECONDS)
     late_every_ms = int(settings.TRACEDASH_ROLLUP_LATE_EVERY_SECONDS * 1000)
+    held = rollup_marks.held_for(get_store())
     for project_id in project_ids:
         report.projects += 1
         clock = _clock_ns()
         until_ms, overlap_ms = read_until_ms(get_store(), "rollup_dirty", clock_ms=clock // 1_000_000)
         until_ms = min(until_ms, clock // 1_000_000)
         since_ms = max(0, watermark_get(project_id=project_id, job=JOB) - overlap_ms)
-        marked = [int(r[0]) for r in get_store().query(
+        marked = {int(r[0]) for r in get_store().query(
             _DIRTY_SQL, {"project_id": project_id, "since_ms": since_ms, "until_ms": until_ms},
-            tag="analytics.rollup_services.dirty").rows]
+            tag="analytics.rollup_services.dirty").rows}
+        if held is not None:  # the marks the summariser holds in memory (analytics.rollup_marks)
+            held_minutes, sequence = held.taken(project_id)
+            marked.update(m // NS for m in held_minutes)
+        marked = sorted(marked)
         now_s = (now_ns or clock) // NS
         closed_s = _floor(now_s, MINUTE)  # every minute before it has ended
         ready_s = watermark_get(project_id=project_id, job=READY_JOB) // 1000
@@ -300,6 +308,8 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         report.hours += hours
         report.days += days
         watermark_set(project_id=project_id, job=JOB, value=until_ms)
+        if held is not None:
+            held.done(project_id, sequence)
     report.seconds = time.perf_counter() - started
     return report
 

@@ -16,7 +16,7 @@ before its watermark, because an insert that began before the previous run (so i
 makes that re-read cost a three-column read, not a summary. On the embedded store, which makes
 every insert itself, a run stops before the oldest insert still running instead and re-reads
 nothing (``read_until_ms``), so it skips the digest check too. It marks the minutes whose rollups
-changed (``rollup_dirty``) and tells open pages which traces were summarised (``traces.summarized``).
+changed (``rollup_dirty``; held in memory on the embedded store, analytics.rollup_marks) and tells open pages which traces were summarised (``traces.summarized``).
 On the embedded store the arrivals and the new traces' spans come from memory where it holds the
 run's window whole (``analytics.fresh_spans``), and so do the earlier spans of a trace summarised
 without its root that grows (the memory keeps them a while): only other traces that grow are read back.
@@ -40,7 +40,7 @@ from ingest.services import traces_group
 from store import get_store
 
 from .prices import prices_for_project
-from analytics import attribute_index, fresh_spans, summary_arrays, summary_sql, trace_presence, watermarks
+from analytics import attribute_index, fresh_spans, rollup_marks, summary_arrays, summary_sql, trace_presence, watermarks
 
 from analytics.trace_math import PHASES, Tree, trace_summarize
 
@@ -120,15 +120,19 @@ def read_until_ms(store, table: str, *, clock_ms: int | None = None) -> tuple[in
             int(settings.TRACEDASH_SUMMARIZE_OVERLAP_SECONDS * 1000))
 
 
-def watermark_set(*, project_id: int, job: str, value: int, lazily: bool = False) -> None:
+def watermark_set(*, project_id: int, job: str, value: int, lazily: bool = False,
+                  before_store: Callable[[], None] | None = None) -> None:
     """Store where ``job`` got to for the project. ``lazily``: on the embedded store, in memory alone
     until it is ``analytics.watermarks.STORE_EVERY_MS`` past the value stored (for a watermark
-    nothing reads in SQL; a restart then redoes at most that much)."""
+    nothing reads in SQL; a restart then redoes at most that much). ``before_store``: called just
+    before the value is stored (not when it moves in memory alone)."""
     store = get_store()
     if lazily:
         known = watermarks.known_for(store)
         if known is not None and known.advance(project_id, job, int(value)):
             return
+    if before_store is not None:
+        before_store()
     store.insert("task_watermarks", [{"project_id": project_id, "job": job, "value": int(value)}],
                  tag="analytics.summarizer.watermark_set")
 
@@ -341,7 +345,8 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
                          mark_dirty: bool = True, skip_unchanged: bool = False,
                          keys: list[str] | None = None,
                          window: fresh_spans.Window | None = None,
-                         rootless: list[str] | None = None) -> tuple[list[str], int]:
+                         rootless: list[str] | None = None,
+                         held: rollup_marks.HeldMarks | None = None) -> tuple[list[str], int]:
     """Summarise the traces in ``touched`` (``trace_id``, ``first_ns``, ``last_ns``: the start
     range of their new spans; ``spans``, where known: how many) in ClickHouse, write their rows
     and mark the minutes to roll up again. ``skip_unchanged``: leave out traces whose spans are
@@ -350,8 +355,9 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
     the arrivals ``touched`` came from, held in memory (analytics.fresh_spans; the ``arrays`` engine):
     a trace without a summary has all its spans there and is not read back, nor is one that grows
     whose earlier spans the memory holds whole (``Window.grown``). ``rootless``: gets the ids of
-    the traces written without a root (where the engine tells). Returns (trace ids written, spans
-    summarised)."""
+    the traces written without a root (where the engine tells). ``held``: the minutes to roll up
+    again are held there (analytics.rollup_marks; the caller flushes them before it stores its
+    watermark) instead of inserted. Returns (trace ids written, spans summarised)."""
     store = get_store()
     if prices is None:
         prices = prices_for_project(project_id=project_id)
@@ -427,8 +433,10 @@ def traces_summarize_ids(*, project_id: int, touched: list[dict], prices=None, v
             rootless.extend(rows.trace_ids[i] for i in np.flatnonzero(~rows.has_root).tolist())
         starts_retire(project_id=project_id, moved=moved, version=version)
         if dirty and mark_dirty:
-            store.insert("rollup_dirty", [{"project_id": project_id, "bucket": m * MINUTE_NS} for m in sorted(dirty)],
-                         tag="analytics.summarizer.mark_dirty")
+            if held is not None:
+                held.add(project_id, [m * MINUTE_NS for m in dirty])
+            else:
+                rollup_marks.marks_insert(store, project_id, [m * MINUTE_NS for m in dirty])
         written.extend(sorted(rows.trace_ids))
     return written, spans_read
 
@@ -496,6 +504,8 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
     # On the embedded store the spans that arrived are in memory (analytics.fresh_spans): a run
     # whose window it holds whole reads neither which traces arrived nor the new traces' spans.
     fresh = fresh_spans.fresh_for(store) if summary_engine(store) == "arrays" else None
+    # On the embedded store the rollups' marks are held in memory until the watermark is stored.
+    held = rollup_marks.held_for(store)
     for project_id in project_ids:
         report.projects += 1
         until_ms, overlap_ms = read_until_ms(store, "spans")
@@ -517,14 +527,17 @@ def traces_summarize(*, project_ids: Iterable[int] | None = None) -> SummarizeRe
             # the digest check would read the spans' ids once more to find nothing to skip.
             rootless: list[str] = []
             written, spans = traces_summarize_ids(project_id=project_id, touched=touched,
-                                                  skip_unchanged=overlap_ms > 0, window=window, rootless=rootless)
+                                                  skip_unchanged=overlap_ms > 0, window=window, rootless=rootless,
+                                                  held=held)
             report.traces += len(written)
             report.spans += spans
             report.trace_ids[project_id] = written[:EVENT_TRACE_IDS]
             traces_summarized_notify(project_id=project_id, trace_ids=written)
             # Stored at most every 10 s of progress on the embedded store (a restart summarises those
-            # traces again); known at once to every reader in this process.
-            watermark_set(project_id=project_id, job=JOB, value=until_ms, lazily=True)
+            # traces again, and marks their minutes again); known at once to every reader in this
+            # process. The marks held until then are stored first.
+            watermark_set(project_id=project_id, job=JOB, value=until_ms, lazily=True,
+                          before_store=None if held is None else lambda: held.flush(store, project_id))
             if fresh is not None:
                 fresh.consumed(project_id, until_ms, keep=rootless)
         elif fresh is not None and window is None and since_ms == watermark:

@@ -585,3 +585,83 @@ def test_an_open_minute_is_rolled_up_once_it_has_ended_and_read_from_the_summari
     before = watermarks()
     assert rollup_services.rollups_update(project_ids=[project.pk], now_ns=minute + 130 * NS).minutes == 0
     assert watermarks() == before  # idle again: nothing written
+
+
+def test_the_summarisers_marks_are_held_in_memory_until_its_watermark_is_stored(project_with_key, monkeypatch):
+    """On the embedded store a summariser run holds the minutes to roll up again in memory
+    (analytics.rollup_marks) while its watermark moves in memory alone; the rollup run recomputes
+    them and forgets them; and they are inserted into ``rollup_dirty`` just before the watermark is
+    stored (a restart starts from the watermark stored and summarises, and marks, again what came
+    after it: no minute is left behind)."""
+    from analytics import rollup_marks, watermarks
+
+    project, _ = project_with_key()
+    store = get_store()
+    held = rollup_marks.held_for(store)
+    rng = random.Random(41)
+    base = (time.time_ns() - 3 * 3600 * NS) // (60 * NS) * (60 * NS)  # a minute start, hours ago
+    minute = lambda k: base // NS + 60 * k  # noqa: E731 - the k-th minute, unix s
+
+    def stored_marks() -> set[int]:
+        return {int(r[0]) for r in store.query(
+            "SELECT DISTINCT toUnixTimestamp(bucket) FROM rollup_dirty WHERE project_id = {p:UInt64}"
+            " AND bucket >= toDateTime({m:UInt32})", {"p": project.pk, "m": minute(0)}, tag="tests.rollups.marks").rows}
+
+    def rolled_up(k: int) -> int:
+        return int(store.query("SELECT sum(requests) FROM rollup_minute FINAL WHERE project_id = {p:UInt64}"
+                               " AND bucket = toDateTime({m:UInt32})", {"p": project.pk, "m": minute(k)},
+                               tag="tests.rollups.minute").scalar() or 0)
+
+    def held_minutes() -> set[int]:
+        return {m // NS for m in held.taken(project.pk)[0]}
+
+    storing = []
+    real_insert = store.insert
+    monkeypatch.setattr(store, "insert", lambda table, rows, **kw: (storing.append((table, None)),
+                                                                    real_insert(table, rows, **kw))[1])
+
+    insert_spans(project.pk, random_trace(rng, start_ns=base + 10 * NS))
+    summarizer.traces_summarize(project_ids=[project.pk])  # the watermark stored: the marks just before it
+    assert stored_marks() == {minute(0)} and held_minutes() == set()
+    assert [t for t, _ in storing if t in ("rollup_dirty", "task_watermarks")] == ["rollup_dirty", "task_watermarks"]
+
+    storing.clear()
+    insert_spans(project.pk, random_trace(rng, start_ns=base + 70 * NS))
+    summarizer.traces_summarize(project_ids=[project.pk])  # the watermark moves in memory: the mark is held
+    assert stored_marks() == {minute(0)} and held_minutes() == {minute(1)}
+    assert not [t for t, _ in storing if t in ("rollup_dirty", "task_watermarks")]
+    rollup_services.rollups_update(project_ids=[project.pk])
+    assert (rolled_up(0), rolled_up(1)) == (1, 1) and held_minutes() == set(), "recomputed, then forgotten"
+
+    insert_spans(project.pk, random_trace(rng, start_ns=base + 130 * NS))
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert held_minutes() == {minute(2)} and minute(2) not in stored_marks()
+    # Ten seconds of progress later the watermark is stored, and the marks held just before it.
+    storing.clear()
+    insert_spans(project.pk, random_trace(rng, start_ns=base + 190 * NS))
+    monkeypatch.setattr(watermarks.KnownWatermarks, "advance", lambda self, *args, **kwargs: False)
+    summarizer.traces_summarize(project_ids=[project.pk])
+    assert stored_marks() >= {minute(2), minute(3)} and held_minutes() == set()
+    assert [t for t, _ in storing if t in ("rollup_dirty", "task_watermarks")] == ["rollup_dirty", "task_watermarks"]
+    rollup_services.rollups_update(project_ids=[project.pk])
+    assert (rolled_up(2), rolled_up(3)) == (1, 1)
+
+
+def test_held_marks_made_again_after_the_rollups_took_them_stay():
+    """A minute marked again while a rollup run recomputes it (after it took the marks) is kept for
+    the next run; ``flush`` stores what is held and forgets it; a server's store holds nothing."""
+    from types import SimpleNamespace
+
+    from analytics import rollup_marks
+
+    held = rollup_marks.HeldMarks()
+    held.add(7, [60 * NS, 120 * NS])
+    minutes, sequence = held.taken(7)
+    assert minutes == [60 * NS, 120 * NS] and held.taken(8) == ([], sequence)
+    held.add(7, [120 * NS])  # marked again meanwhile
+    held.done(7, sequence)
+    assert held.taken(7)[0] == [120 * NS]
+    inserted = []
+    held.flush(SimpleNamespace(insert=lambda table, rows, tag: inserted.append((table, rows))), 7)
+    assert inserted == [("rollup_dirty", [{"project_id": 7, "bucket": 120 * NS}])] and held.taken(7)[0] == []
+    assert rollup_marks.held_for(SimpleNamespace(kind="native")) is None
