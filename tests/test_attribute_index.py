@@ -293,3 +293,27 @@ def test_each_traces_hosts_and_first_minutes_come_from_the_index_as_from_the_spa
     assert _hosts_of_traces(p, start, end, listed)[late_trace] == ("index-only", indexed[late_trace][1])
     attribute_index.key_remove(project_id=p, key=KEY)
     assert _hosts_of_traces(p, start, end, listed) == indexed
+
+
+def test_the_declared_keys_are_read_once_and_again_after_each_write(project_with_key, monkeypatch):
+    """On the embedded store the declared keys come from memory (``KnownKeys``) until ``dim_keys`` is
+    written: by a declaration, a backfill marking a key ready, a removal, or any other statement."""
+    project, _ = project_with_key()
+    p = project.pk
+    store = get_store()
+    reads = []
+    real_query = store.query
+    monkeypatch.setattr(store, "query", lambda sql, *a, **kw: (
+        reads.append(kw.get("tag")), real_query(sql, *a, **kw))[1])
+    latest_reads = lambda: reads.count("analytics.attribute_index.latest")  # noqa: E731
+
+    assert attribute_index.declared_keys(project_id=p) == []
+    assert attribute_index.declared_keys(project_id=p) == [] and latest_reads() == 1, "the second from memory"
+    assert attribute_index.key_add(project_id=p, key=KEY)  # reads (memory), then writes: read again
+    assert attribute_index.declared_keys(project_id=p) == [KEY] and latest_reads() == 2
+    assert not attribute_index.indexed_keys(project_id=p)[0].ready and latest_reads() == 2
+    attribute_index.index_backfill(project_ids=[p], delay_seconds=0)
+    assert attribute_index.indexed_keys(project_id=p)[0].ready and latest_reads() == 3
+    store.command("DELETE FROM dim_keys WHERE project_id = {p:UInt64}", {"p": p},  # not through Store.insert
+                  tag="tests.attribute_index.delete")
+    assert attribute_index.declared_keys(project_id=p) == [] and latest_reads() == 4
