@@ -37,7 +37,7 @@ from store.schema import ROLLUP_HISTOGRAMS, ROLLUP_MINUTE
 
 from . import rollup_marks
 
-from .summarizer import _clock_ns, read_until_ms, watermark_get, watermark_set
+from .summarizer import _clock_ns, read_until_ms, watermark_get, watermarks_set
 from analytics.trace_math import PHASES
 
 from .panel_selectors import latest_summaries_sql
@@ -298,16 +298,19 @@ def rollups_update(*, project_ids: Iterable[int] | None = None, now_ns: int | No
         minutes, hours, days = rollup_minutes_recompute(
             project_id=project_id, minutes=[m for m in marked if m < closed_s] + list(window) + list(closing),
             ended_by_s=closed_s, ended=ended)
-        if deferred:
-            watermark_set(project_id=project_id, job=DEFERRED_JOB, value=(max(deferred) + MINUTE) * 1000)
+        # The run's watermarks in one insert; one that would not move (the open minute deferred
+        # again: every run under traffic, a minute long) is not written.
+        moved = {JOB: until_ms}
+        if deferred and (max(deferred) + MINUTE) > deferred_s:
+            moved[DEFERRED_JOB] = (max(deferred) + MINUTE) * 1000
         if closed_s > ready_s:
-            watermark_set(project_id=project_id, job=READY_JOB, value=closed_s * 1000)
+            moved[READY_JOB] = closed_s * 1000
         if cover_window:
-            watermark_set(project_id=project_id, job=LATE_JOB, value=until_ms)
+            moved[LATE_JOB] = until_ms
         report.minutes += minutes
         report.hours += hours
         report.days += days
-        watermark_set(project_id=project_id, job=JOB, value=until_ms)
+        watermarks_set(project_id=project_id, values=moved)
         if held is not None:
             held.done(project_id, sequence)
     report.seconds = time.perf_counter() - started

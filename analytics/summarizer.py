@@ -133,8 +133,14 @@ def watermark_set(*, project_id: int, job: str, value: int, lazily: bool = False
             return
     if before_store is not None:
         before_store()
-    store.insert("task_watermarks", [{"project_id": project_id, "job": job, "value": int(value)}],
-                 tag="analytics.summarizer.watermark_set")
+    watermarks_set(project_id=project_id, values={job: value})
+
+
+def watermarks_set(*, project_id: int, values: dict[str, int]) -> None:
+    """Store several of the project's watermarks (``{job: value}``) in one insert."""
+    if values:
+        get_store().insert("task_watermarks", [{"project_id": project_id, "job": job, "value": int(value)}
+                                               for job, value in values.items()], tag="analytics.summarizer.watermark_set")
 
 
 _TOUCHED_SQL = """

@@ -665,3 +665,26 @@ def test_held_marks_made_again_after_the_rollups_took_them_stay():
     held.flush(SimpleNamespace(insert=lambda table, rows, tag: inserted.append((table, rows))), 7)
     assert inserted == [("rollup_dirty", [{"project_id": 7, "bucket": 120 * NS}])] and held.taken(7)[0] == []
     assert rollup_marks.held_for(SimpleNamespace(kind="native")) is None
+
+
+def test_a_rollup_run_stores_its_watermarks_in_one_insert_and_only_those_that_move(project_with_key, monkeypatch):
+    """Under traffic every run defers the open minute: its watermark is written when it moves (once
+    a minute), not on every run, and the run's watermarks travel in one insert."""
+    project, _ = project_with_key()
+    store = get_store()
+    rng = random.Random(43)
+    writes = []
+    real_insert = store.insert
+    monkeypatch.setattr(store, "insert", lambda table, rows, **kw: (
+        writes.append(sorted(r["job"] for r in rows)) if table == "task_watermarks" else None,
+        real_insert(table, rows, **kw))[1])
+    if time.time() % 60 > 40:  # both runs within one open minute: wait for the next one to start
+        time.sleep(60.5 - time.time() % 60)
+    for run in range(2):
+        insert_spans(project.pk, random_trace(rng, start_ns=time.time_ns() - NS))
+        summarizer.traces_summarize(project_ids=[project.pk])
+        writes.clear()
+        rollup_services.rollups_update(project_ids=[project.pk])
+        assert len(writes) == 1, writes
+        assert ("rollup_deferred" in writes[0]) == (run == 0), writes  # the same open minute the second time
+        assert "rollup" in writes[0]
