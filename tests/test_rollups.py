@@ -678,13 +678,16 @@ def test_a_rollup_run_stores_its_watermarks_in_one_insert_and_only_those_that_mo
     monkeypatch.setattr(store, "insert", lambda table, rows, **kw: (
         writes.append(sorted(r["job"] for r in rows)) if table == "task_watermarks" else None,
         real_insert(table, rows, **kw))[1])
-    if time.time() % 60 > 40:  # both runs within one open minute: wait for the next one to start
-        time.sleep(60.5 - time.time() % 60)
+    second = time.time() % 60
+    if not 5 < second < 40:  # both runs' traces and runs within one open minute
+        time.sleep((65 - second) % 60)
     for run in range(2):
         insert_spans(project.pk, random_trace(rng, start_ns=time.time_ns() - NS))
         summarizer.traces_summarize(project_ids=[project.pk])
         writes.clear()
         rollup_services.rollups_update(project_ids=[project.pk])
-        assert len(writes) == 1, writes
-        assert ("rollup_deferred" in writes[0]) == (run == 0), writes  # the same open minute the second time
-        assert "rollup" in writes[0]
+        assert len(writes) == 1 and "rollup" in writes[0], writes
+        deferred = summarizer.watermark_get(project_id=project.pk, job=rollup_services.DEFERRED_JOB)
+        assert deferred == (time.time_ns() // NS // 60 + 1) * 60_000, "the open minute, deferred"
+        if run:
+            assert "rollup_deferred" not in writes[0], writes  # the same open minute: not written again
