@@ -30,6 +30,76 @@ def rss_bytes(pid: int | str = "self") -> int:
     return int(match.group(1)) * 1024 if match else 0
 
 
+# The server's threads by what they do: our own carry their Python names in the kernel
+# (config.priority.name_thread; "td-" for "tracedash-"), the main thread (its id is the process's)
+# runs the event loop, ClickHouse names its own; other Python threads keep the process's name.
+THREAD_GROUPS = ("request thread (event loop: receive, parse, answer)", "writers", "inserter", "the beat's threads",
+                 "ClickHouse merges", "ClickHouse queries and the rest", "other Python threads")
+
+
+def thread_group(tid: int, pid: int, name: str, process_name: str) -> str:
+    if tid == pid:
+        return THREAD_GROUPS[0]
+    if name.startswith("td-writer"):
+        return THREAD_GROUPS[1]
+    if name.startswith("td-inserter"):
+        return THREAD_GROUPS[2]
+    if name.startswith("td-beat"):
+        return THREAD_GROUPS[3]
+    if name.startswith("MergeMutate"):
+        return THREAD_GROUPS[4]
+    if name == process_name or name.startswith("td-"):
+        return THREAD_GROUPS[6]
+    return THREAD_GROUPS[5]
+
+
+class ThreadCpu:
+    """The CPU seconds of each process's threads by ``thread_group``, read from /proc/<pid>/task
+    every ``every`` seconds in a thread of this one (Linux; nothing elsewhere) until ``stop()``:
+    ``{label: {group: seconds}}``. A thread that starts and ends between two reads is missed."""
+
+    def __init__(self, pids: dict[str, int], every: float = 0.5):
+        import threading
+
+        self.pids = pids
+        self.seconds: dict[str, dict[str, float]] = {label: dict.fromkeys(THREAD_GROUPS, 0.0) for label in pids}
+        self._last: dict[tuple[int, int], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), name="bench-thread-cpu", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for label, pid in self.pids.items():
+            try:
+                process_name = Path(f"/proc/{pid}/comm").read_text().strip()
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                except OSError:
+                    continue
+                name = stat[stat.index("(") + 1:stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2:].split()
+                cpu = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+                key = (pid, int(tid))
+                self.seconds[label][thread_group(int(tid), pid, name, process_name)] += cpu - self._last.get(key, cpu)
+                self._last[key] = cpu
+
+    def _run(self, every: float) -> None:
+        if not Path("/proc/self/task").is_dir():
+            return
+        while not self._stop.wait(every):
+            self._read()
+
+    def stop(self) -> dict[str, dict[str, float]]:
+        self._stop.set()
+        self._thread.join()
+        self._read()
+        return self.seconds
+
+
 def process_cpu_seconds() -> float:
     """CPU time (user + system) of this process, every thread included: with the embedded store,
     chdb's ClickHouse threads run inside it."""

@@ -46,6 +46,9 @@ What is measured, and why:
    measurements before and after the servers (printed all the same). The first
    second of a turn carries what was due meanwhile (the beat's entries run on the wall clock, so
    a turn's runs come at its start instead of spread through it): the same work, bunched.
+   Each server's CPU over the turns is split by thread too (``/proc/<pid>/task`` every 0.5 s,
+   Linux: the request thread, the writers, the inserter, the beat's threads, ClickHouse's merges
+   and the rest of its threads), per 1,000 spans acknowledged: where the beat's cost lands.
 
 The traces are realistic LLM requests: 5–20 spans (root, network, preprocess, inference,
 postprocess, some nested), ~3 % failing, inference spans carrying a 1–4 KB prompt and a few
@@ -82,7 +85,8 @@ sys.path.insert(0, str(ROOT))
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,  # noqa: E402
                                                                       ExportTraceServiceResponse)
 
-from bench.common import PRODUCTION_VARIABLES, Server, machine, percentile, process_cpu_seconds, table  # noqa: E402
+from bench.common import (PRODUCTION_VARIABLES, THREAD_GROUPS, Server, ThreadCpu, machine, percentile,  # noqa: E402
+                          process_cpu_seconds, table)
 
 JSON_MARKER = b"@REQ_ID@"  # 8 characters of the hex ids in JSON bodies, replaced per request
 PB_MARKER = b"\xff\xfe\xfd\xfc"  # 4 bytes of the binary ids in protobuf bodies, replaced per request
@@ -891,8 +895,10 @@ def main(argv=None) -> int:
     raw_store = RawStore(scenarios, work, request_numbers)
     raw_before = raw_store.measure(seconds=raw_seconds, label="before")
     raw_turns: dict[str, list[int]] = {}
+    cpu_split: dict[str, dict[str, float]] = {}
     if args.compare_beat:
-        runs, raw_turns = run_by_turns(args, scenarios, request_numbers, work, pause=pause, raw_store=raw_store)
+        runs, raw_turns = run_by_turns(args, scenarios, request_numbers, work, pause=pause, raw_store=raw_store,
+                                       cpu_split=cpu_split)
     else:
         beat = not args.no_beat
         runs = {beat: run_server(args, scenarios, request_numbers, work / ("server-beat" if beat else "server-no-beat"),
@@ -918,6 +924,8 @@ def main(argv=None) -> int:
         for beat, (results, check) in runs.items():
             print(report(results, raw, check, info, settings | {"beat": beat}), flush=True)
         print(ratios_text(runs, raw), flush=True)
+        if any(any(groups.values()) for groups in cpu_split.values()):
+            print(cpu_split_text(cpu_split, runs), flush=True)
         if args.json:
             payload = {"settings": settings, "machine": info, "raw": raw, "ratios": ratios(runs, raw),
                        "runs": [{"beat": beat, "scenarios": results, "check": check}
@@ -993,8 +1001,8 @@ def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, 
     return results, check
 
 
-def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float,
-                 raw_store: "RawStore") -> tuple[dict[bool, tuple[list[dict], dict]], dict[str, list[int]]]:
+def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float, raw_store: "RawStore",
+                 cpu_split: dict) -> tuple[dict[bool, tuple[list[dict], dict]], dict[str, list[int]]]:
     """Both servers, the one with its beat and the one without, started side by side and measured by
     turns: each scenario's ``--duration`` is cut into turns of about ``--turn-seconds``, and in each
     turn one server takes the load while the other is frozen (SIGSTOP: no CPU, its beat and merges
@@ -1002,7 +1010,9 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float,
     alike instead of on whichever server ran second; each server does its own work (its beat's
     included) only in its own turns. After each pair of turns, both frozen, the raw insert's
     1,000-row rate is sampled for 2 s (its merges waited for): the rate the ratios to raw divide by
-    is the mean of the samples taken beside the scenario's turns, returned per scenario."""
+    is the mean of the samples taken beside the scenario's turns, returned per scenario.
+    ``cpu_split`` gets each server's CPU seconds by thread group over the turns (bench.common.ThreadCpu;
+    the work a server had left when the last turn ended is not in it)."""
     servers: dict[bool, Server] = {}
     keys: dict[bool, str] = {}
     raw_samples: dict[str, list[int]] = {}
@@ -1013,6 +1023,7 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float,
                                             env=server_env(args, beat=beat))
             keys[beat] = start_server(server, beat=beat)
             server.pause()
+        split = ThreadCpu({"beat": servers[True].proc.pid, "no beat": servers[False].proc.pid})
         turns = max(1, round(args.duration / args.turn_seconds))
         for n, scenario in enumerate(s for s in scenarios if s.name in args.scenarios):
             if n:
@@ -1036,6 +1047,7 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float,
                 log(f"  raw insert between the turns: {raw_samples[scenario.name][-1]:,} rows/s at 1,000-row batches")
             for beat in (True, False):
                 loads[beat].append(now[beat])
+        cpu_split.update(split.stop())
         runs = {}
         for beat in (True, False):
             server = servers[beat]
@@ -1073,6 +1085,24 @@ def ratios(runs: dict, raw: dict) -> dict:
                 if len(pairs) > 1:
                     out[f"{name.replace('-', '')}_beat_to_no_beat_by_turn"] = [round(x, 3) for x in pairs]
     return out
+
+
+def cpu_split_text(split: dict[str, dict[str, float]], runs: dict) -> str:
+    """Each server's CPU over the turns by thread group, in ms per 1,000 spans it acknowledged, and
+    the difference: where the beat's cost lands (its own threads, the ClickHouse statements and
+    merges it adds, and the request thread and writers slowed while it takes the cores)."""
+    spans = {"beat" if beat else "no beat": sum(r["spans_acknowledged"] for r in results)
+             for beat, (results, _) in runs.items()}
+    per_1k = {label: {g: seconds * 1e6 / spans[label] for g, seconds in groups.items()}
+              for label, groups in split.items() if spans.get(label)}
+    if set(per_1k) != {"beat", "no beat"}:
+        return ""
+    rows = [[group, f"{per_1k['beat'][group]:.2f}", f"{per_1k['no beat'][group]:.2f}",
+             f"{per_1k['beat'][group] - per_1k['no beat'][group]:+.2f}"] for group in THREAD_GROUPS]
+    total = {label: sum(groups.values()) for label, groups in per_1k.items()}
+    rows.append(["total", f"{total['beat']:.2f}", f"{total['no beat']:.2f}", f"{total['beat'] - total['no beat']:+.2f}"])
+    return ("\neach server's CPU over its turns by thread (/proc/<pid>/task, every 0.5 s), ms per 1,000 spans it "
+            "acknowledged\n\n" + table(["thread group", "with the beat", "without", "difference"], rows) + "\n")
 
 
 def ratios_text(runs: dict, raw: dict) -> str:

@@ -10,6 +10,10 @@ and on an idle machine nothing changes. Raising one's own nice value needs no pr
 it back would (``CAP_SYS_NICE``), so a lowered thread stays lowered. ClickHouse's own setting for
 its merge threads (``os_threads_nice_value_merge_mutate``) does nothing without that capability,
 hence ``lower`` on the threads the embedded store started (``threads_named``).
+
+``name_thread`` gives the calling thread its Python name in the kernel as well (Python 3.11 does
+not), so ``top -H``, ``/proc/<pid>/task`` and ``bench/ingest.py --compare-beat``'s split of the
+server's CPU by thread tell the writer, the inserter and the beat apart.
 """
 
 from __future__ import annotations
@@ -42,6 +46,25 @@ def lower(by: int, tid: int | None = None) -> bool:
         log.warning("could not lower the CPU priority of thread %s: %s", tid, exc)
         return False
     return True
+
+
+KERNEL_NAME_MAX = 15  # bytes of a thread name the kernel keeps
+_PR_SET_NAME = 15
+
+
+def name_thread(name: str | None = None) -> bool:
+    """Give the calling thread ``name`` (default: its Python name, ``tracedash-`` shortened to
+    ``td-``) in the kernel, cut to 15 bytes. True when done (Linux)."""
+    if not supported():
+        return False
+    name = name or threading.current_thread().name.replace("tracedash-", "td-", 1)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_NAME, name.encode()[:KERNEL_NAME_MAX], 0, 0, 0) == 0
+    except (OSError, AttributeError):  # no libc with prctl: the name stays the process's
+        return False
 
 
 def nice_of(tid: int | None = None) -> int:

@@ -42,6 +42,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from config import priority
 from store import Columns, StoreError, StoreUnavailable, get_store
 from store.schema import TABLES
 
@@ -243,6 +244,7 @@ class IngestWriter:
             return taken
 
     def _write_loop(self) -> None:
+        priority.name_thread()
         while True:
             taken = self._take()
             if taken is None:
@@ -309,6 +311,7 @@ class IngestWriter:
         return True
 
     def _insert_loop(self) -> None:
+        priority.name_thread()
         while True:
             with self._journal_cond:
                 while True:
@@ -450,6 +453,7 @@ class IngestWriter:
 
     # --- the replayer thread -----------------------------------------------------------------
     def _replay_loop(self) -> None:
+        priority.name_thread()
         backoff = self.replay_interval
         while not self._stopping:
             spools = [self.spool]

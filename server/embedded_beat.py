@@ -71,6 +71,7 @@ class EmbeddedBeat:
         return next_in
 
     def _loop(self, names: list[str]) -> None:
+        priority.name_thread()
         priority.lower(self.nice)
         while not self._stop.is_set():
             self._stop.wait(self.tick(names=names))

@@ -99,3 +99,37 @@ def test_a_paused_server_and_its_children_use_no_cpu_until_resumed(tmp_path):
         for pid in children:
             subprocess.run(["kill", "-9", str(pid)], check=False)
     assert server.proc.returncode is not None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads' own names and CPU: /proc")
+def test_the_cpu_split_by_thread_finds_a_named_threads_work():
+    """A real process: a thread named as the server names its beat (config.priority.name_thread) burns
+    CPU while the main thread sleeps; the split puts the CPU in the beat's group, not the request
+    thread's, and per 1,000 spans in the printed table."""
+    from bench.common import THREAD_GROUPS, ThreadCpu
+    from bench.ingest import cpu_split_text
+
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, threading, time; sys.path.insert(0, %r)\n"
+        "from config import priority\n"
+        "def burn():\n"
+        "    assert priority.name_thread()\n"
+        "    end = time.thread_time() + 1.5\n"
+        "    while time.thread_time() < end: sum(range(1000))\n"
+        "t = threading.Thread(target=burn, name='tracedash-beat'); t.start(); t.join(); time.sleep(30)\n") % str(root)])
+    try:
+        split = ThreadCpu({"beat": child.pid}, every=0.1)
+        deadline = time.monotonic() + 60
+        while split.seconds["beat"][THREAD_GROUPS[3]] < 1.4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        seconds = split.stop()["beat"]
+    finally:
+        child.kill()
+        child.wait()
+    # "the beat's threads": found by the kernel name "td-beat" the thread gave itself
+    assert seconds[THREAD_GROUPS[3]] >= 1.4, seconds
+    assert seconds[THREAD_GROUPS[0]] < 0.5, seconds  # the main thread slept
+    runs = {True: ([{"spans_acknowledged": 1000}], {}), False: ([{"spans_acknowledged": 1000}], {})}
+    text = cpu_split_text({"beat": seconds, "no beat": dict.fromkeys(THREAD_GROUPS, 0.0)}, runs)
+    assert "the beat's threads" in text and f"{seconds[THREAD_GROUPS[3]] * 1000:.2f}" in text
