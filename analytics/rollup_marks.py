@@ -5,8 +5,9 @@ The incremental summariser marks the minutes it wrote summaries in (and moved su
 every run, every 2 s under traffic, and the rollup task (every 10 s) recomputes the marked minutes.
 On a server the marks are rows of ``rollup_dirty``: the summariser and the rollups may run in
 different processes. On the embedded store both run in this process, and inserting each run's few
-marks cost a statement and a part, to be merged, every run: about 6 ms of CPU a run, 7 % of the
-summariser's (docs/BENCHMARKS.md "The summaries' merges and the marks in memory"). There a run's
+marks cost a statement and a part, to be merged, every run: 5.5-8.3 ms of CPU a second under load
+(docs/BENCHMARKS.md, "2026-12-07, evening: the summaries' merges, the statements a run no longer
+makes, ..."). There a run's
 marks are held here instead (``add``), and the rollup task takes them from here as well as from the
 table (``taken``; ``done`` once the minutes are recomputed).
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import threading
 
-MINUTE_NS = 60 * 1_000_000_000
 TAG = "analytics.summarizer.mark_dirty"
 
 
