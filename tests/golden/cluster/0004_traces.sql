@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS traces_local ON CLUSTER `tracedash`
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/traces_local', '{replica}', version)
 ORDER BY (project_id, trace_id)
 TTL toDateTime(start_time) + toIntervalDay(30)
-SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
+SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800, merge_selector_base = 20, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS traces ON CLUSTER `tracedash` AS traces_local
 ENGINE = Distributed('tracedash', 'tracedash', traces_local, cityHash64(trace_id));

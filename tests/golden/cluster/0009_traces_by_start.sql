@@ -40,7 +40,7 @@ ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/tra
 PARTITION BY toDate(start_time)
 ORDER BY (project_id, start_time, trace_id)
 TTL toDateTime(start_time) + toIntervalDay(30)
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, replicated_deduplication_window = 10000, replicated_deduplication_window_seconds = 604800, merge_selector_base = 20, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE TABLE IF NOT EXISTS traces_by_start ON CLUSTER `tracedash` AS traces_by_start_local
 ENGINE = Distributed('tracedash', 'tracedash', traces_by_start_local, cityHash64(trace_id));

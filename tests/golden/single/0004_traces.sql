@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS traces
 ENGINE = ReplacingMergeTree(version)
 ORDER BY (project_id, trace_id)
 TTL toDateTime(start_time) + toIntervalDay(30)
-SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, non_replicated_deduplication_window = 10000, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
+SETTINGS index_granularity = 1024, min_compress_block_size = 4096, max_compress_block_size = 65536, non_replicated_deduplication_window = 10000, merge_selector_base = 20, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 ALTER TABLE spans ADD INDEX IF NOT EXISTS idx_ingested_at ingested_at TYPE minmax GRANULARITY 1;
 

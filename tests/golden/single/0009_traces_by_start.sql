@@ -40,7 +40,7 @@ ENGINE = ReplacingMergeTree(version)
 PARTITION BY toDate(start_time)
 ORDER BY (project_id, start_time, trace_id)
 TTL toDateTime(start_time) + toIntervalDay(30)
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, non_replicated_deduplication_window = 10000, merge_selector_base = 20, cleanup_delay_period = 5, max_cleanup_delay_period = 10;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS traces_by_start_mv TO traces_by_start AS SELECT `project_id`, `trace_id`, `start_time`, `e2e_ns`, `has_root`, `spans_start`, `spans_end`, `root_name`, `service`, `model`, `services`, `models`, `phases`, `status`, `error_message`, `ttft_ns`, `tpot_ns`, `input_tokens`, `output_tokens`, `cost_usd`, `cost_estimated`, `span_count`, `network_ns`, `preprocess_ns`, `inference_ns`, `postprocess_ns`, `other_ns`, `version` FROM traces;
 
