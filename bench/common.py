@@ -24,6 +24,14 @@ PRODUCTION_VARIABLES = ("DATABASE_URL", "CELERY_BROKER_URL", "TRACEDASH_CHANNEL_
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _proc_stat(path: Path) -> tuple[str, int, int]:
+    """(name, parent pid, CPU ticks: user + system) from a ``/proc/<pid>/stat`` or
+    ``/proc/<pid>/task/<tid>/stat`` file; OSError when the process or thread has ended."""
+    text = path.read_text()
+    fields = text[text.rindex(")") + 2:].split()
+    return text[text.index("(") + 1:text.rindex(")")], int(fields[1]), int(fields[11]) + int(fields[12])
+
+
 def rss_bytes(pid: int | str = "self") -> int:
     """A process's resident memory (``VmRSS`` of /proc/<pid>/status; this process by default), bytes."""
     match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
@@ -56,7 +64,8 @@ def thread_group(tid: int, pid: int, name: str, process_name: str) -> str:
 class ThreadCpu:
     """The CPU seconds of each process's threads by ``thread_group``, read from /proc/<pid>/task
     every ``every`` seconds in a thread of this one (Linux; nothing elsewhere) until ``stop()``:
-    ``{label: {group: seconds}}``. A thread that starts and ends between two reads is missed."""
+    ``{label: {group: seconds}}``. A thread that starts and ends between two reads is missed, and
+    so are the processes a server starts (``--parse-processes``; ``Server.cpu_seconds`` counts them)."""
 
     def __init__(self, pids: dict[str, int], every: float = 0.5):
         import threading
@@ -75,16 +84,13 @@ class ThreadCpu:
                 tids = os.listdir(f"/proc/{pid}/task")
             except OSError:
                 continue
-            for tid in tids:
+            for tid in map(int, tids):
                 try:
-                    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                    name, _, ticks = _proc_stat(Path(f"/proc/{pid}/task/{tid}/stat"))
                 except OSError:
-                    continue
-                name = stat[stat.index("(") + 1:stat.rindex(")")]
-                fields = stat[stat.rindex(")") + 2:].split()
-                cpu = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-                key = (pid, int(tid))
-                self.seconds[label][thread_group(int(tid), pid, name, process_name)] += cpu - self._last.get(key, cpu)
+                    continue  # ended meanwhile
+                cpu, key = ticks / _CLOCK_TICKS, (pid, tid)
+                self.seconds[label][thread_group(tid, pid, name, process_name)] += cpu - self._last.get(key, cpu)
                 self._last[key] = cpu
 
     def _run(self, every: float) -> None:
@@ -200,10 +206,10 @@ class Server:
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
-                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    _, parent, ticks = _proc_stat(entry / "stat")
                 except OSError:
                     continue  # ended meanwhile
-                stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+                stats[int(entry.name)] = (parent, ticks)
         found, family = {}, {self.proc.pid}
         while family:
             pid = family.pop()
