@@ -38,6 +38,18 @@ def rss_bytes(pid: int | str = "self") -> int:
     return int(match.group(1)) * 1024 if match else 0
 
 
+def rss_parts(pid: int | str = "self") -> dict[str, int]:
+    """A process's resident memory by kind, bytes (/proc/<pid>/status): ``anon`` (heaps, arenas,
+    anonymous maps: where a leak shows), ``file`` (pages of mapped files: the program's and its
+    libraries' code and read-only data, paged in as code runs for the first time, reclaimable), ``shmem``."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    out = {}
+    for kind, key in (("anon", "RssAnon"), ("file", "RssFile"), ("shmem", "RssShmem")):
+        match = re.search(rf"{key}:\s+(\d+) kB", text)
+        out[kind] = int(match.group(1)) * 1024 if match else 0
+    return out
+
+
 # The server's threads by what they do: our own carry their Python names in the kernel
 # (config.priority.name_thread; "td-" for "tracedash-"), the main thread (its id is the process's)
 # runs the event loop, ClickHouse names its own; other Python threads keep the process's name.

@@ -89,7 +89,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import Server, machine, percentile, rss_bytes, table  # noqa: E402
+from bench.common import Server, machine, percentile, rss_bytes, rss_parts, table  # noqa: E402
 from bench.ingest import (JSON_MARKER, TraceFactory, _marker_count, encode_native, patch_json,  # noqa: E402
                           stored_count, wait_drained)
 
@@ -136,6 +136,7 @@ class Record:
     errors: list = field(default_factory=list)  # (t, kind, what, status or exception name)
     samples: list = field(default_factory=list)  # (t, server rss, client rss, ingest check, parts, firing, memory)
     rss: list = field(default_factory=list)  # (t, server rss, client rss) every RSS_SECONDS
+    rss_parts: list = field(default_factory=list)  # (t, server anon rss, server file rss) every RSS_SECONDS
     firing: list = field(default_factory=list)  # the last firing.json answer: [rule names]
 
 
@@ -527,7 +528,10 @@ def verdict(result: dict, args) -> list[dict]:
             f"{memory['samples']} samples, ± one standard error, autocorrelation-corrected; bar < {args.max_rss_slope:g}); "
             f"RSS {memory['rss_first_mib']:,.0f} → {memory['rss_last_mib']:,.0f} MiB over the window, "
             f"max {memory['rss_max_mib']:,.0f} MiB over the run; floor (each {memory.get('floor_slice_s', 30):g} s's "
-            f"lowest RSS) {_signed(memory.get('floor_slope_mib_per_min'))} ± {_plain(memory.get('floor_slope_error'))} MiB/min")
+            f"lowest RSS) {_signed(memory.get('floor_slope_mib_per_min'))} ± {_plain(memory.get('floor_slope_error'))} MiB/min; "
+            f"of which anonymous memory {_signed(memory.get('anon_slope_mib_per_min'))} ± "
+            f"{_plain(memory.get('anon_slope_error'))}, mapped files' pages {_signed(memory.get('file_slope_mib_per_min'))} ± "
+            f"{_plain(memory.get('file_slope_error'))} MiB/min")
     lat = result["latency"]
     if lat["first_p99_ms"] is None or lat["last_p99_ms"] is None:
         add("(c) latency steady", False, "no page requests in one of the windows")
@@ -686,6 +690,8 @@ def main(argv=None) -> int:
                 time.sleep(due - time.monotonic())
             tick += 1
             record.rss.append((time.monotonic(), server.rss_bytes(), rss_bytes()))
+            parts_now = rss_parts(server.proc.pid)
+            record.rss_parts.append((record.rss[-1][0], parts_now["anon"], parts_now["file"]))
             if (tick - 1) % round(SAMPLE_SECONDS / RSS_SECONDS):
                 continue
             resource_rows = gpus.rows_acknowledged  # read before /healthz: the writer has at least these
@@ -725,6 +731,10 @@ def main(argv=None) -> int:
         rss_window = [(t - start, rss / MiB) for t, rss, _ in record.rss if t - start >= duration - window * 60]
         slope, error = slope_per_minute(rss_window)
         floor_slope, floor_error = slope_per_minute(floor_points(rss_window))
+        # The same window's RSS split: anonymous memory (heaps: where a leak shows) and mapped files' pages.
+        by_kind = {kind: slope_per_minute([(t - start, sample[i] / MiB) for t, *sample in record.rss_parts
+                                           if t - start >= duration - window * 60])
+                   for i, kind in enumerate(("anon", "file"))}
 
         def pages_between(lo_min: float, hi_min: float) -> list[float]:
             return sorted(x for t, _, status, x in record.pages if lo_min * 60 <= t - start < hi_min * 60)
@@ -748,7 +758,9 @@ def main(argv=None) -> int:
                     "late_p99_ms": ms(percentile(lateness, 99)), "late_max_ms": ms(percentile(lateness, 100))},
             memory={"from_minute": max(0.0, args.minutes - window), "to_minute": args.minutes, "slope_mib_per_min": slope,
                     "slope_error": error, "floor_slope_mib_per_min": floor_slope, "floor_slope_error": floor_error,
-                    "floor_slice_s": FLOOR_SLICE_SECONDS, "rss_first_mib": rss_window[0][1] if rss_window else 0,
+                    "floor_slice_s": FLOOR_SLICE_SECONDS,
+                    "anon_slope_mib_per_min": by_kind["anon"][0], "anon_slope_error": by_kind["anon"][1],
+                    "file_slope_mib_per_min": by_kind["file"][0], "file_slope_error": by_kind["file"][1], "rss_first_mib": rss_window[0][1] if rss_window else 0,
                     "rss_last_mib": rss_window[-1][1] if rss_window else 0,
                     "rss_max_mib": max((s[1] for s in record.rss), default=0) / MiB,
                     "samples": len(rss_window), "every_s": RSS_SECONDS},
@@ -768,6 +780,7 @@ def main(argv=None) -> int:
                       **memory}
                      for t, a, b, ing, parts, _, memory in record.samples],
             rss=[[round(t - start, 1), round(a / MiB, 1), round(b / MiB, 1)] for t, a, b in record.rss],  # t, server, client
+            rss_parts=[[round(t - start, 1), round(a / MiB, 1), round(f / MiB, 1)] for t, a, f in record.rss_parts],  # t, anon, file
             # every page request (t done, page, status, latency s): what was being answered when the RSS peaked
             page_requests=[[round(t - start, 2), name, status, round(latency, 3)] for t, name, status, latency in record.pages],
         )
