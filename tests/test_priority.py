@@ -84,3 +84,83 @@ def test_a_nice_value_out_of_range_is_refused(tmp_path):
     out = subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=environ, cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "TRACEDASH_BACKGROUND_NICE" in out.stderr
+
+
+# A thread at a lower priority (as the embedded beat's are) runs a statement that keeps ClickHouse's
+# threads busy for a while, then one more; another thread samples every thread's nice value
+# meanwhile. Then the process's own thread runs the same statement, sampled the same way.
+STATEMENT_PROBE = """
+import json, os, threading, time, django
+django.setup()
+from store import get_store
+from config import priority
+store = get_store()
+store.query("SELECT 1", tag="tests.priority")
+HEAVY = "SELECT sum(cityHash64(number)) FROM numbers(300000000)"
+LOWER_BY = 7
+
+def sampled(work):
+    seen, done = {}, threading.Event()
+    def sample():
+        while not done.is_set():
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    name = open(f"/proc/self/task/{tid}/comm").read().strip()
+                    seen.setdefault(int(tid), [name, set()])[1].add(priority.nice_of(int(tid)))
+                except OSError:
+                    pass
+            time.sleep(0.005)
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = work()
+    finally:
+        done.set()
+        sampler.join()
+    return result, {tid: [name, sorted(nices)] for tid, (name, nices) in seen.items()}
+
+def lowered():
+    priority.lower(LOWER_BY)
+    me = threading.get_native_id()
+    store.query(HEAVY, tag="tests.priority")
+    after_first = priority.nice_of()
+    store.query("SELECT count() FROM numbers(1000)", tag="tests.priority")
+    return me, after_first, priority.nice_of()
+
+def in_a_thread_of_its_own():
+    out = []
+    thread = threading.Thread(target=lambda: out.append(lowered()))
+    thread.start()
+    thread.join()
+    return out[0]
+
+(me, after_first, after_second), low = sampled(in_a_thread_of_its_own)
+_, plain = sampled(lambda: store.query(HEAVY, tag="tests.priority"))
+caps = int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff")), 16)
+print(json.dumps({"base": priority.nice_of(), "caller": me, "after_first": after_first, "after_second": after_second,
+                  "low": low, "plain": plain, "cap_sys_nice": bool(caps >> 23 & 1)}))
+"""
+
+
+def test_a_lower_priority_callers_statements_run_at_its_priority_and_it_keeps_its_own(tmp_path):
+    """The embedded beat's threads run at a lower priority, but a statement runs in ClickHouse's pool
+    threads: without more, the beat's summaries and rollup reads competed with the requests' inserts
+    at full priority. Its connections ask ClickHouse to run its statements at its nice value, and
+    the caller keeps that value afterwards (ClickHouse sets every thread it used back to 0)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("TRACEDASH_CLICKHOUSE_URL", "TRACEDASH_BACKGROUND_NICE")}
+    environ.update(DJANGO_SETTINGS_MODULE="config.settings", TRACEDASH_DATA_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", STATEMENT_PROBE], env=environ, cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    lane = min(19, seen["base"] + 7)
+    assert seen["after_first"] == seen["after_second"] == lane  # the caller's own priority, kept
+    workers = lambda sample: {int(tid): nices for tid, (name, nices) in sample.items()  # noqa: E731
+                              if int(tid) != seen["caller"] and name != "MergeMutate"}
+    at_lane = [tid for tid, nices in workers(seen["low"]).items() if lane in nices]
+    if seen["cap_sys_nice"]:
+        assert at_lane, seen["low"]  # ClickHouse's threads worked on the statement at the caller's nice value
+    else:
+        assert not at_lane  # ClickHouse sets no thread's priority without CAP_SYS_NICE: nothing to see
+    # The process's own statements stay at its priority: the connections are not shared.
+    assert all(max(nices) <= seen["base"] for nices in workers(seen["plain"]).values()), seen["plain"]
