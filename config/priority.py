@@ -48,22 +48,6 @@ def lower(by: int, tid: int | None = None) -> bool:
     return True
 
 
-def set_nice(nice: int) -> bool:
-    """Give the calling thread the nice value ``nice`` again where something else changed it (a
-    library that resets the threads it ran on). True when it had to; a value higher than the
-    thread's needs no privilege, a lower one does (and then it fails quietly)."""
-    if not supported():
-        return False
-    tid = threading.get_native_id()
-    try:
-        if os.getpriority(os.PRIO_PROCESS, tid) == nice:
-            return False
-        os.setpriority(os.PRIO_PROCESS, tid, nice)
-    except OSError:
-        return False
-    return True
-
-
 KERNEL_NAME_MAX = 15  # bytes of a thread name the kernel keeps
 _PR_SET_NAME = 15
 

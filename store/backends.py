@@ -17,10 +17,8 @@ DateTime/DateTime64 come back as aware UTC ``datetime`` (microseconds; select
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
-import os
 from contextlib import contextmanager
 import re
 import threading
@@ -332,11 +330,7 @@ class EmbeddedBackend:
         self.merge_nice = merge_nice if priority.supported() else 0
         self._database_ready = False
         self._lock = threading.Lock()
-        # Connections by the nice value their statements run at (``_lane``): 0, the process's own, for
-        # requests and writers; a lower priority for a caller that lowered its own (the embedded beat).
-        self._base_nice = os.getpriority(os.PRIO_PROCESS, os.getpid()) if priority.supported() else 0
-        self._pools: dict[int, ConnectionPool] = {}
-        self._pool = self._pool_for(self._base_nice)
+        self._pool = ConnectionPool(self._open, _close_quietly)
         # Shutdown bookkeeping: the number of calls inside chdb right now, and whether close() has
         # begun (no new calls then; the connections are closed once the last call returned).
         self._state = threading.Condition()
@@ -347,31 +341,7 @@ class EmbeddedBackend:
     def describe(self) -> str:
         return f"embedded chdb at {self.path} (database {self.database})"
 
-    def _pool_for(self, nice: int) -> ConnectionPool:
-        pool = self._pools.get(nice)
-        if pool is None:
-            with self._lock:
-                pool = self._pools.setdefault(nice, ConnectionPool(functools.partial(self._open, nice=nice),
-                                                                   _close_quietly))
-        return pool
-
-    def _lane(self) -> int:
-        """The nice value the calling thread's statements run at: its own where it is lower in
-        priority than the process (the embedded beat's threads, ``TRACEDASH_BACKGROUND_NICE``), else
-        the process's.
-
-        A statement runs in ClickHouse's pool threads, not in the thread that asks, so a thread's
-        priority would not reach its statements: a summary or a rollup read would compete with the
-        requests' inserts at full priority. The lower-priority callers' connections set ClickHouse's
-        ``os_thread_priority`` to their nice value, which the engine gives every thread while it works
-        on that statement (where the process holds CAP_SYS_NICE, which ClickHouse requires to set it
-        back; without it the setting does nothing and the statements run at the process's priority)."""
-        if not priority.supported():
-            return 0
-        nice = priority.nice_of()
-        return nice if nice > self._base_nice else self._base_nice
-
-    def _open(self, nice: int = 0):
+    def _open(self):
         import chdb
 
         self.path.mkdir(parents=True, exist_ok=True)
@@ -397,8 +367,6 @@ class EmbeddedBackend:
             conn.query(f"USE `{self.database}`")
             for name, value in SESSION_SETTINGS.items():
                 conn.query(f"SET {name} = {value}")
-            if nice > self._base_nice:
-                conn.query(f"SET os_thread_priority = {int(nice)}")
         except BaseException:
             _close_quietly(conn)
             raise
@@ -441,20 +409,13 @@ class EmbeddedBackend:
             self._active += 1
         if self.merge_nice > 0 and not _MERGES_LOWERED:
             self._lower_merges()
-        lane = self._lane()
         try:
-            with self._pool_for(lane).lent() as conn:
+            with self._pool.lent() as conn:
                 try:
                     result = conn.query(sql, fmt, params=params) if params else conn.query(sql, fmt)
                     return result.bytes()  # copied out before the connection serves another call
                 except Exception as exc:
                     raise query_error(str(exc).strip(), tag=tag, code=_error_code(str(exc))) from exc
-                finally:
-                    if lane > self._base_nice:
-                        # ClickHouse sets the nice value of every thread that worked on the statement,
-                        # the caller's included, back to 0 when done: the caller takes its own again
-                        # (raising one's nice value needs no privilege).
-                        priority.set_nice(lane)
         finally:
             with self._state:
                 self._active -= 1
@@ -571,7 +532,7 @@ class EmbeddedBackend:
         connections open (closing one under a running query would crash the process).
         A second call returns at once."""
         with self._state:
-            if self._closed and not any(pool.idle for pool in self._pools.values()):
+            if self._closed and not self._pool.idle:
                 return self._active == 0
             self._closed = True
             deadline = time.monotonic() + timeout
@@ -580,7 +541,7 @@ class EmbeddedBackend:
                 if remaining <= 0:
                     return False
                 self._state.wait(remaining)
-            connections = [conn for pool in list(self._pools.values()) for conn in pool.drain()]
+            connections = self._pool.drain()
         for conn in connections:
             _close_quietly(conn)
         return True
