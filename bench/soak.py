@@ -448,7 +448,8 @@ def minute_rows(record: Record, start: float, minutes: int, resource_rows_by: ca
 
 
 LIVE_HEADERS = ["min", "ack'd", "ack'd total", "writer spans†", "queued", "page req", "p50 ms", "p99 ms", "errors",
-                "server RSS MiB", "ClickHouse MiB‡", "marks MiB", "Python blocks k", "client RSS MiB", "parts", "spool KiB",
+                "server RSS MiB", "anon MiB", "ClickHouse MiB‡", "marks MiB", "malloc used/free MiB", "Arrow MiB",
+                "Python blocks k", "client RSS MiB", "parts", "spool KiB",
                 "alerts firing"]
 
 
@@ -458,8 +459,9 @@ def _cells(r: dict) -> list[str]:
             f"{r.get('writer_spans', 0):,}", f"{r.get('queued_rows', 0):,}", str(r["page_requests"]),
             "-" if r["page_p50_ms"] is None else f"{r['page_p50_ms']:,.0f}",
             "-" if r["page_p99_ms"] is None else f"{r['page_p99_ms']:,.0f}", str(r["errors"]),
-            f"{r.get('server_rss_mib', 0):,.0f}", _mib(r.get("clickhouse_tracked_bytes")),
+            f"{r.get('server_rss_mib', 0):,.0f}", _mib(r.get("rss_anon_bytes")), _mib(r.get("clickhouse_tracked_bytes")),
             _mib(r.get("clickhouse_mark_cache_bytes")),
+            f"{_mib(r.get('heap_in_use_bytes'))}/{_mib(r.get('heap_free_bytes'))}", _mib(r.get("arrow_allocated_bytes")),
             "-" if r.get("python_allocated_blocks") is None else f"{r['python_allocated_blocks'] / 1000:,.0f}",
             f"{r.get('client_rss_mib', 0):,.0f}", str(r.get("active_parts", "-")),
             f"{r.get('spool_bytes', 0) / 1024:,.0f}",
@@ -478,7 +480,9 @@ def _memory_figures(health: dict) -> dict:
     web = health["checks"]["web"].get("memory") or {}
     return {"clickhouse_tracked_bytes": clickhouse.get("tracked_bytes"),
             "clickhouse_mark_cache_bytes": clickhouse.get("mark_cache_bytes"),
-            "python_allocated_blocks": web.get("python_allocated_blocks")}
+            "python_allocated_blocks": web.get("python_allocated_blocks"),
+            **{key: web.get(key) for key in ("rss_anon_bytes", "heap_in_use_bytes", "heap_free_bytes",
+                                             "arrow_allocated_bytes")}}
 
 
 def render_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -491,7 +495,9 @@ FOOTNOTE = ("† writer spans: the server's ingest writer counters at the minute
             "the spans table. Errors: answers other than 2xx and dropped connections, all requests. alerts firing: "
             "series firing at the minute's end (/alerts/firing.json), * when the climbing GPU's memory alert is one. "
             "‡ ClickHouse MiB: the memory chdb's own accounting holds (system.metrics MemoryTracking, part of the server's "
-            "RSS); marks: its mark cache; Python blocks: sys.getallocatedblocks() (/healthz, checks.*.memory).")
+            "RSS); marks: its mark cache; anon: the server's anonymous memory (RssAnon: heaps, not mapped files); malloc "
+            "used/free: what glibc's malloc holds allocated and keeps freed (mallinfo2); Arrow: Arrow's allocator; "
+            "Python blocks: sys.getallocatedblocks() (/healthz, checks.*.memory).")
 
 
 def live_line(cells: list[str]) -> str:

@@ -38,6 +38,25 @@ def _glibc():
         return None
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap() -> dict | None:
+    """What glibc's malloc holds now, over all its arenas (``mallinfo2``, glibc 2.33 and later),
+    bytes: ``heap_in_use_bytes`` (blocks allocated and not freed, the large ones mapped on their
+    own included) and ``heap_free_bytes`` (freed blocks the arenas keep: what ``trim`` can return
+    only where whole pages are free). None elsewhere. A rise of the first under steady load is
+    something kept; of the second, fragmentation."""
+    libc = _glibc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return None
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    return {"heap_in_use_bytes": info.uordblks + info.hblkhd, "heap_free_bytes": info.fordblks}
+
+
 def limit_arenas(arenas: int = SERVER_ARENAS) -> bool:
     """Cap glibc's malloc arenas for the rest of the process's life (threads started later share
     them); True when set."""

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from datetime import datetime, timedelta, timezone
 from functools import wraps
 
@@ -16,6 +17,7 @@ from django.shortcuts import redirect, render
 from analytics import cache_selectors, engines, grouping, panel_selectors, rollups, selectors
 from analytics.group_targets import group_target_delete, group_target_set, group_targets_list
 from analytics.rollups import PROJECTION_DAYS
+from config import memory as config_memory
 from projects.scope import current_project
 from store import StoreError, get_store
 
@@ -300,8 +302,15 @@ def _process_memory() -> dict:
     try:
         with open("/proc/self/statm") as statm:
             memory["rss_bytes"] = int(statm.read().split()[1]) * resource.getpagesize()
+        with open("/proc/self/status") as status:
+            anon = re.search(r"RssAnon:\s+(\d+) kB", status.read())
+        if anon:
+            memory["rss_anon_bytes"] = int(anon.group(1)) * 1024
     except OSError:
         pass
+    memory.update(config_memory.heap() or {})
+    if "pyarrow" in sys.modules:  # Arrow's own allocator (the embedded inserts' and summaries' columns)
+        memory["arrow_allocated_bytes"] = sys.modules["pyarrow"].total_allocated_bytes()
     return memory
 
 

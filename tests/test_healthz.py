@@ -56,12 +56,19 @@ def test_healthz_reports_memory_of_the_process_and_of_clickhouse(client):
     allocated blocks (which climb with objects kept) and ClickHouse's own accounting and caches."""
     before = client.get("/healthz").json()["checks"]
     kept = [object() for _ in range(200_000)]
+    block = bytearray(64 * 2**20)  # one malloc block of its own, written: resident, anonymous
     after = client.get("/healthz").json()["checks"]
     web, clickhouse = after["web"]["memory"], after["clickhouse"]["memory"]
     assert web["rss_bytes"] > 10 * 2**20 and web["max_rss_bytes"] >= web["rss_bytes"] // 2
     assert web["python_allocated_blocks"] - before["web"]["memory"]["python_allocated_blocks"] >= 150_000
+    # glibc's malloc (where the C library is glibc 2.33 or later, as on the servers this runs on)
+    # and the anonymous part of the RSS count the block; what the server frees shows up as free or
+    # as nothing, never as in use.
+    grew = {key: web[key] - before["web"]["memory"][key] for key in ("heap_in_use_bytes", "rss_anon_bytes")}
+    assert grew["heap_in_use_bytes"] >= 64 * 2**20 and grew["rss_anon_bytes"] >= 48 * 2**20, grew
+    assert web["heap_free_bytes"] >= 0 and web["rss_anon_bytes"] <= web["rss_bytes"]
     assert set(clickhouse) == {"tracked_bytes", "mark_cache_bytes", "uncompressed_cache_bytes",
                                "primary_index_cache_bytes", "query_cache_bytes"}
     assert all(isinstance(value, int) and value >= 0 for value in clickhouse.values())
     assert clickhouse["tracked_bytes"] > 0
-    del kept
+    del kept, block
