@@ -101,6 +101,13 @@ def test_a_paused_server_and_its_children_use_no_cpu_until_resumed(tmp_path):
     assert server.proc.returncode is not None
 
 
+def _comm(pid: int, tid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads' own names and CPU: /proc")
 def test_the_cpu_split_by_thread_finds_a_named_threads_work():
     """A real process: a thread named as the server names its beat (config.priority.name_thread) burns
@@ -110,16 +117,26 @@ def test_the_cpu_split_by_thread_finds_a_named_threads_work():
     from bench.ingest import cpu_split_text
 
     root = Path(__file__).resolve().parent.parent
+    # The thread names itself, then burns only once told to: by then the split has seen it (a thread's
+    # CPU before its first reading is not counted, and on a busy machine readings come late).
     child = subprocess.Popen([sys.executable, "-c", (
         "import sys, threading, time; sys.path.insert(0, %r)\n"
         "from config import priority\n"
         "def burn():\n"
         "    assert priority.name_thread()\n"
+        "    sys.stdin.readline()\n"
         "    end = time.thread_time() + 1.5\n"
         "    while time.thread_time() < end: sum(range(1000))\n"
-        "t = threading.Thread(target=burn, name='tracedash-beat'); t.start(); t.join(); time.sleep(30)\n") % str(root)])
+        "t = threading.Thread(target=burn, name='tracedash-beat'); t.start(); t.join(); time.sleep(30)\n") % str(root)],
+        stdin=subprocess.PIPE, text=True)
     try:
         split = ThreadCpu({"beat": child.pid}, every=0.1)
+        deadline = time.monotonic() + 60
+        while not any(pid == child.pid and _comm(pid, tid) == "td-beat" for pid, tid in list(split._last)):
+            assert time.monotonic() < deadline, "the named thread was not seen"
+            time.sleep(0.05)
+        child.stdin.write("go\n")
+        child.stdin.flush()
         deadline = time.monotonic() + 60
         while split.seconds["beat"][THREAD_GROUPS[3]] < 1.4 and time.monotonic() < deadline:
             time.sleep(0.2)
