@@ -32,22 +32,22 @@ def _proc_stat(path: Path) -> tuple[str, int, int]:
     return text[text.index("(") + 1:text.rindex(")")], int(fields[1]), int(fields[11]) + int(fields[12])
 
 
-def rss_bytes(pid: int | str = "self") -> int:
-    """A process's resident memory (``VmRSS`` of /proc/<pid>/status; this process by default), bytes."""
-    match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
-    return int(match.group(1)) * 1024 if match else 0
-
-
 def rss_parts(pid: int | str = "self") -> dict[str, int]:
-    """A process's resident memory by kind, bytes (/proc/<pid>/status): ``anon`` (heaps, arenas,
-    anonymous maps: where a leak shows), ``file`` (pages of mapped files: the program's and its
-    libraries' code and read-only data, paged in as code runs for the first time, reclaimable), ``shmem``."""
+    """A process's resident memory (/proc/<pid>/status; this process by default), bytes: ``total``
+    (``VmRSS``), of which ``anon`` (heaps, arenas, anonymous maps: where a leak shows) and ``file``
+    (pages of mapped files: the program's and its libraries' code and read-only data, paged in as
+    code runs for the first time, reclaimable)."""
     text = Path(f"/proc/{pid}/status").read_text()
     out = {}
-    for kind, key in (("anon", "RssAnon"), ("file", "RssFile"), ("shmem", "RssShmem")):
+    for kind, key in (("total", "VmRSS"), ("anon", "RssAnon"), ("file", "RssFile")):
         match = re.search(rf"{key}:\s+(\d+) kB", text)
         out[kind] = int(match.group(1)) * 1024 if match else 0
     return out
+
+
+def rss_bytes(pid: int | str = "self") -> int:
+    """A process's resident memory (``VmRSS``; this process by default), bytes."""
+    return rss_parts(pid)["total"]
 
 
 # The server's threads by what they do: our own carry their Python names in the kernel

@@ -695,9 +695,9 @@ def main(argv=None) -> int:
             if due > time.monotonic():
                 time.sleep(due - time.monotonic())
             tick += 1
-            record.rss.append((time.monotonic(), server.rss_bytes(), rss_bytes()))
-            parts_now = rss_parts(server.proc.pid)
-            record.rss_parts.append((record.rss[-1][0], parts_now["anon"], parts_now["file"]))
+            now, server_rss = time.monotonic(), rss_parts(server.proc.pid)  # one read of the server's /proc
+            record.rss.append((now, server_rss["total"], rss_bytes()))
+            record.rss_parts.append((now, server_rss["anon"], server_rss["file"]))
             if (tick - 1) % round(SAMPLE_SECONDS / RSS_SECONDS):
                 continue
             resource_rows = gpus.rows_acknowledged  # read before /healthz: the writer has at least these
@@ -766,7 +766,8 @@ def main(argv=None) -> int:
                     "slope_error": error, "floor_slope_mib_per_min": floor_slope, "floor_slope_error": floor_error,
                     "floor_slice_s": FLOOR_SLICE_SECONDS,
                     "anon_slope_mib_per_min": by_kind["anon"][0], "anon_slope_error": by_kind["anon"][1],
-                    "file_slope_mib_per_min": by_kind["file"][0], "file_slope_error": by_kind["file"][1], "rss_first_mib": rss_window[0][1] if rss_window else 0,
+                    "file_slope_mib_per_min": by_kind["file"][0], "file_slope_error": by_kind["file"][1],
+                    "rss_first_mib": rss_window[0][1] if rss_window else 0,
                     "rss_last_mib": rss_window[-1][1] if rss_window else 0,
                     "rss_max_mib": max((s[1] for s in record.rss), default=0) / MiB,
                     "samples": len(rss_window), "every_s": RSS_SECONDS},

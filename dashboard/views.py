@@ -300,14 +300,14 @@ def _process_memory() -> dict:
     memory = {"python_allocated_blocks": sys.getallocatedblocks(),
               "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     try:
-        with open("/proc/self/statm") as statm:
-            memory["rss_bytes"] = int(statm.read().split()[1]) * resource.getpagesize()
         with open("/proc/self/status") as status:
-            anon = re.search(r"RssAnon:\s+(\d+) kB", status.read())
-        if anon:
-            memory["rss_anon_bytes"] = int(anon.group(1)) * 1024
+            text = status.read()
     except OSError:
-        pass
+        text = ""
+    for key, field in (("rss_bytes", "VmRSS"), ("rss_anon_bytes", "RssAnon")):
+        found = re.search(rf"{field}:\s+(\d+) kB", text)
+        if found:
+            memory[key] = int(found.group(1)) * 1024
     memory.update(config_memory.heap() or {})
     if "pyarrow" in sys.modules:  # Arrow's own allocator (the embedded inserts' and summaries' columns)
         memory["arrow_allocated_bytes"] = sys.modules["pyarrow"].total_allocated_bytes()
