@@ -84,6 +84,11 @@ class ThreadCpu:
 
         self.pids = pids
         self.seconds: dict[str, dict[str, float]] = {label: dict.fromkeys(THREAD_GROUPS, 0.0) for label in pids}
+        # ClickHouse's threads outside the merges, by their own names (``QueryCompPipeEx``: the
+        # pipelines of INSERT statements, an INSERT … SELECT's reads and materialized views
+        # included; ``ThreadPool``: the reads' parallel streams; ``BgSchPool``: the tables'
+        # background tasks, ...): {label: {name: seconds}}
+        self.clickhouse: dict[str, dict[str, float]] = {label: {} for label in pids}
         self._last: dict[tuple[int, int], float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(every,), name="bench-thread-cpu", daemon=True)
@@ -102,7 +107,10 @@ class ThreadCpu:
                 except OSError:
                     continue  # ended meanwhile
                 cpu, key = ticks / _CLOCK_TICKS, (pid, tid)
-                self.seconds[label][thread_group(tid, pid, name, process_name)] += cpu - self._last.get(key, cpu)
+                group, used = thread_group(tid, pid, name, process_name), cpu - self._last.get(key, cpu)
+                self.seconds[label][group] += used
+                if group == THREAD_GROUPS[5]:
+                    self.clickhouse[label][name] = self.clickhouse[label].get(name, 0.0) + used
                 self._last[key] = cpu
 
     def _run(self, every: float) -> None:

@@ -924,7 +924,7 @@ def main(argv=None) -> int:
         for beat, (results, check) in runs.items():
             print(report(results, raw, check, info, settings | {"beat": beat}), flush=True)
         print(ratios_text(runs, raw), flush=True)
-        if any(any(groups.values()) for groups in cpu_split.values()):
+        if any(any(groups.values()) for label, groups in cpu_split.items() if label != CLICKHOUSE_NAMES):
             print(cpu_split_text(cpu_split, runs), flush=True)
         if args.json:
             payload = {"settings": settings, "machine": info, "raw": raw, "ratios": ratios(runs, raw),
@@ -1048,6 +1048,7 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float, 
             for beat in (True, False):
                 loads[beat].append(now[beat])
         cpu_split.update(split.stop())
+        cpu_split[CLICKHOUSE_NAMES] = split.clickhouse
         runs = {}
         for beat in (True, False):
             server = servers[beat]
@@ -1087,22 +1088,45 @@ def ratios(runs: dict, raw: dict) -> dict:
     return out
 
 
-def cpu_split_text(split: dict[str, dict[str, float]], runs: dict) -> str:
+CLICKHOUSE_NAMES = "clickhouse threads by name"  # cpu_split's entry of ThreadCpu.clickhouse
+CLICKHOUSE_NAMES_SHOWN = 6  # the names listed under the split: the largest with the beat
+
+
+def cpu_split_text(split: dict[str, dict], runs: dict) -> str:
     """Each server's CPU over the turns by thread group, in ms per 1,000 spans it acknowledged, and
     the difference: where the beat's cost lands (its own threads, the ClickHouse statements and
-    merges it adds, and the request thread and writers slowed while it takes the cores)."""
+    merges it adds, and the request thread and writers slowed while it takes the cores). Where
+    ``split`` holds ``CLICKHOUSE_NAMES`` (ThreadCpu.clickhouse), the ClickHouse threads outside
+    the merges follow by name: which of ClickHouse's executors the beat's statements load."""
     spans = {"beat" if beat else "no beat": sum(r["spans_acknowledged"] for r in results)
              for beat, (results, _) in runs.items()}
-    per_1k = {label: {g: seconds * 1e6 / spans[label] for g, seconds in groups.items()}
-              for label, groups in split.items() if spans.get(label)}
-    if set(per_1k) != {"beat", "no beat"}:
+
+    def per_1k(source: dict) -> dict[str, dict[str, float]]:
+        return {label: {k: seconds * 1e6 / spans[label] for k, seconds in values.items()}
+                for label, values in source.items() if spans.get(label)}
+
+    def row(name: str, beat: float, none: float) -> list[str]:
+        return [name, f"{beat:.2f}", f"{none:.2f}", f"{beat - none:+.2f}"]
+
+    groups = per_1k({label: v for label, v in split.items() if label != CLICKHOUSE_NAMES})
+    if set(groups) != {"beat", "no beat"}:
         return ""
-    rows = [[group, f"{per_1k['beat'][group]:.2f}", f"{per_1k['no beat'][group]:.2f}",
-             f"{per_1k['beat'][group] - per_1k['no beat'][group]:+.2f}"] for group in THREAD_GROUPS]
-    total = {label: sum(groups.values()) for label, groups in per_1k.items()}
-    rows.append(["total", f"{total['beat']:.2f}", f"{total['no beat']:.2f}", f"{total['beat'] - total['no beat']:+.2f}"])
-    return ("\neach server's CPU over its turns by thread (/proc/<pid>/task, every 0.5 s), ms per 1,000 spans it "
+    rows = [row(group, groups["beat"][group], groups["no beat"][group]) for group in THREAD_GROUPS]
+    total = {label: sum(values.values()) for label, values in groups.items()}
+    rows.append(row("total", total["beat"], total["no beat"]))
+    text = ("\neach server's CPU over its turns by thread (/proc/<pid>/task, every 0.5 s), ms per 1,000 spans it "
             "acknowledged\n\n" + table(["thread group", "with the beat", "without", "difference"], rows) + "\n")
+    names = per_1k(split.get(CLICKHOUSE_NAMES, {}))
+    if set(names) == {"beat", "no beat"}:
+        shown = sorted(set(names["beat"]) | set(names["no beat"]),
+                       key=lambda n: -names["beat"].get(n, 0.0))[:CLICKHOUSE_NAMES_SHOWN]
+        rows = [row(f"  {name}", names["beat"].get(name, 0.0), names["no beat"].get(name, 0.0)) for name in shown]
+        text += ("\nof which ClickHouse's threads other than the merges, by the name ClickHouse gives them "
+                 "(QueryCompPipeEx: INSERT statements' pipelines, an INSERT … SELECT's read and the materialized "
+                 "views it feeds included; ThreadPool: the reads' parallel streams; BgSchPool: the tables' "
+                 "background tasks), the largest with the beat\n\n"
+                 + table(["ClickHouse thread", "with the beat", "without", "difference"], rows) + "\n")
+    return text
 
 
 def ratios_text(runs: dict, raw: dict) -> str:

@@ -110,43 +110,53 @@ def _comm(pid: int, tid: int) -> str | None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads' own names and CPU: /proc")
 def test_the_cpu_split_by_thread_finds_a_named_threads_work():
-    """A real process: a thread named as the server names its beat (config.priority.name_thread) burns
-    CPU while the main thread sleeps; the split puts the CPU in the beat's group, not the request
-    thread's, and per 1,000 spans in the printed table."""
+    """A real process: a thread named as the server names its beat (config.priority.name_thread) and
+    one named as ClickHouse names its INSERT pipelines burn CPU while the main thread sleeps; the
+    split puts the first's CPU in the beat's group and the second's in ClickHouse's (under its own
+    name too), not the request thread's, and per 1,000 spans in the printed tables."""
     from bench.common import THREAD_GROUPS, ThreadCpu
-    from bench.ingest import cpu_split_text
+    from bench.ingest import CLICKHOUSE_NAMES, cpu_split_text
 
     root = Path(__file__).resolve().parent.parent
-    # The thread names itself, then burns only once told to: by then the split has seen it (a thread's
+    # Each thread names itself, then burns only once told to: by then the split has seen it (a thread's
     # CPU before its first reading is not counted, and on a busy machine readings come late).
     child = subprocess.Popen([sys.executable, "-c", (
         "import sys, threading, time; sys.path.insert(0, %r)\n"
         "from config import priority\n"
-        "def burn():\n"
-        "    assert priority.name_thread()\n"
-        "    sys.stdin.readline()\n"
+        "go = threading.Event()\n"
+        "def burn(name):\n"
+        "    assert priority.name_thread(name)\n"
+        "    go.wait()\n"
         "    end = time.thread_time() + 1.5\n"
         "    while time.thread_time() < end: sum(range(1000))\n"
-        "t = threading.Thread(target=burn, name='tracedash-beat'); t.start(); t.join(); time.sleep(30)\n") % str(root)],
+        "threads = [threading.Thread(target=burn, args=(n,), name='tracedash-beat') for n in (None, 'QueryCompPipeEx')]\n"
+        "[t.start() for t in threads]; sys.stdin.readline(); go.set()\n"
+        "[t.join() for t in threads]; time.sleep(30)\n") % str(root)],
         stdin=subprocess.PIPE, text=True)
     try:
         split = ThreadCpu({"beat": child.pid}, every=0.1)
         deadline = time.monotonic() + 60
-        while not any(pid == child.pid and _comm(pid, tid) == "td-beat" for pid, tid in list(split._last)):
-            assert time.monotonic() < deadline, "the named thread was not seen"
+        while not {"td-beat", "QueryCompPipeEx"} <= {_comm(pid, tid) for pid, tid in list(split._last) if pid == child.pid}:
+            assert time.monotonic() < deadline, "the named threads were not seen"
             time.sleep(0.05)
         child.stdin.write("go\n")
         child.stdin.flush()
         deadline = time.monotonic() + 60
-        while split.seconds["beat"][THREAD_GROUPS[3]] < 1.4 and time.monotonic() < deadline:
+        while (min(split.seconds["beat"][THREAD_GROUPS[3]], split.seconds["beat"][THREAD_GROUPS[5]]) < 1.4
+               and time.monotonic() < deadline):
             time.sleep(0.2)
         seconds = split.stop()["beat"]
     finally:
         child.kill()
         child.wait()
-    # "the beat's threads": found by the kernel name "td-beat" the thread gave itself
+    # "the beat's threads": found by the kernel name "td-beat" the thread gave itself; ClickHouse's by its own
     assert seconds[THREAD_GROUPS[3]] >= 1.4, seconds
+    assert seconds[THREAD_GROUPS[5]] >= 1.4, seconds
+    assert split.clickhouse["beat"].get("QueryCompPipeEx", 0.0) >= 1.4, split.clickhouse
     assert seconds[THREAD_GROUPS[0]] < 0.5, seconds  # the main thread slept
     runs = {True: ([{"spans_acknowledged": 1000}], {}), False: ([{"spans_acknowledged": 1000}], {})}
-    text = cpu_split_text({"beat": seconds, "no beat": dict.fromkeys(THREAD_GROUPS, 0.0)}, runs)
+    text = cpu_split_text({"beat": seconds, "no beat": dict.fromkeys(THREAD_GROUPS, 0.0),
+                           CLICKHOUSE_NAMES: {"beat": split.clickhouse["beat"], "no beat": {}}}, runs)
     assert "the beat's threads" in text and f"{seconds[THREAD_GROUPS[3]] * 1000:.2f}" in text
+    pipelines = next(line for line in text.splitlines() if "QueryCompPipeEx" in line and "|" in line)
+    assert f"{split.clickhouse['beat']['QueryCompPipeEx'] * 1000:.2f}" in pipelines, text
