@@ -75,3 +75,29 @@ def test_a_request_whose_start_moved_counts_once_in_the_window_of_its_latest_sta
     assert [round(s.values["request_rate"] * 60) for s in latency_fetch(project_id=project.pk, window_seconds=60, now=now)] == [1]
     later = datetime.fromtimestamp((latest["start_time"] + 60 * S) / S, tz=timezone.utc)
     assert latency_fetch(project_id=project.pk, window_seconds=60, now=later) == []
+
+
+def test_the_window_percentiles_are_exact_and_each_at_its_own_level(project_with_key):
+    """P50, P95 and P99 of the roots' durations, per service, are the exact percentiles (linear
+    interpolation between the closest ranks, as numpy's default) of the window's requests, each at
+    its own level (the three come from one ``quantilesExactInclusive``)."""
+    import numpy as np
+
+    project, _ = project_with_key()
+    base = time.time_ns() - 600 * S
+    durations = {"chat-api": [37.0 + (i * 7919) % 1300 for i in range(41)], "search": [5.5, 900.25, 12.0, 480.0]}
+    spans = []
+    for service, values in durations.items():
+        for i, ms in enumerate(values):
+            trace = llm_trace(service=service, start_ns=base + i * S)
+            trace[0]["duration_ms"] = ms
+            spans += trace
+    insert_spans(project.pk, spans)
+    now = datetime.fromtimestamp((base + 120 * S) / S, tz=timezone.utc)
+    series = {s.labels["service"]: s.values for s in latency_fetch(project_id=project.pk, window_seconds=300, now=now)}
+    assert set(series) == set(durations)
+    for service, values in durations.items():
+        for level in (50, 95, 99):
+            expected = float(np.percentile(values, level))
+            assert series[service][f"e2e_p{level}_ms"] == pytest.approx(expected, abs=1e-6), (service, level)
+    assert len({series["chat-api"][f"e2e_p{level}_ms"] for level in (50, 95, 99)}) == 3
