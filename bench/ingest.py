@@ -896,9 +896,10 @@ def main(argv=None) -> int:
     raw_before = raw_store.measure(seconds=raw_seconds, label="before")
     raw_turns: dict[str, list[int]] = {}
     cpu_split: dict[str, dict[str, float]] = {}
+    cpu_names: dict[str, dict[str, float]] = {}
     if args.compare_beat:
         runs, raw_turns = run_by_turns(args, scenarios, request_numbers, work, pause=pause, raw_store=raw_store,
-                                       cpu_split=cpu_split)
+                                       cpu_split=cpu_split, cpu_names=cpu_names)
     else:
         beat = not args.no_beat
         runs = {beat: run_server(args, scenarios, request_numbers, work / ("server-beat" if beat else "server-no-beat"),
@@ -924,8 +925,8 @@ def main(argv=None) -> int:
         for beat, (results, check) in runs.items():
             print(report(results, raw, check, info, settings | {"beat": beat}), flush=True)
         print(ratios_text(runs, raw), flush=True)
-        if any(any(groups.values()) for label, groups in cpu_split.items() if label != CLICKHOUSE_NAMES):
-            print(cpu_split_text(cpu_split, runs), flush=True)
+        if any(any(groups.values()) for groups in cpu_split.values()):
+            print(cpu_split_text(cpu_split, runs, names=cpu_names), flush=True)
         if args.json:
             payload = {"settings": settings, "machine": info, "raw": raw, "ratios": ratios(runs, raw),
                        "runs": [{"beat": beat, "scenarios": results, "check": check}
@@ -1002,7 +1003,7 @@ def run_server(args, scenarios, request_numbers, data_dir: Path, *, beat: bool, 
 
 
 def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float, raw_store: "RawStore",
-                 cpu_split: dict) -> tuple[dict[bool, tuple[list[dict], dict]], dict[str, list[int]]]:
+                 cpu_split: dict, cpu_names: dict) -> tuple[dict[bool, tuple[list[dict], dict]], dict[str, list[int]]]:
     """Both servers, the one with its beat and the one without, started side by side and measured by
     turns: each scenario's ``--duration`` is cut into turns of about ``--turn-seconds``, and in each
     turn one server takes the load while the other is frozen (SIGSTOP: no CPU, its beat and merges
@@ -1048,7 +1049,7 @@ def run_by_turns(args, scenarios, request_numbers, work: Path, *, pause: float, 
             for beat in (True, False):
                 loads[beat].append(now[beat])
         cpu_split.update(split.stop())
-        cpu_split[CLICKHOUSE_NAMES] = split.clickhouse
+        cpu_names.update(split.clickhouse)
         runs = {}
         for beat in (True, False):
             server = servers[beat]
@@ -1088,16 +1089,16 @@ def ratios(runs: dict, raw: dict) -> dict:
     return out
 
 
-CLICKHOUSE_NAMES = "clickhouse threads by name"  # cpu_split's entry of ThreadCpu.clickhouse
 CLICKHOUSE_NAMES_SHOWN = 6  # the names listed under the split: the largest with the beat
 
 
-def cpu_split_text(split: dict[str, dict], runs: dict) -> str:
+def cpu_split_text(split: dict[str, dict[str, float]], runs: dict,
+                   names: dict[str, dict[str, float]] | None = None) -> str:
     """Each server's CPU over the turns by thread group, in ms per 1,000 spans it acknowledged, and
     the difference: where the beat's cost lands (its own threads, the ClickHouse statements and
-    merges it adds, and the request thread and writers slowed while it takes the cores). Where
-    ``split`` holds ``CLICKHOUSE_NAMES`` (ThreadCpu.clickhouse), the ClickHouse threads outside
-    the merges follow by name: which of ClickHouse's executors the beat's statements load."""
+    merges it adds, and the request thread and writers slowed while it takes the cores). With
+    ``names`` (ThreadCpu.clickhouse), the ClickHouse threads outside the merges follow by name:
+    which of ClickHouse's executors the beat's statements load."""
     spans = {"beat" if beat else "no beat": sum(r["spans_acknowledged"] for r in results)
              for beat, (results, _) in runs.items()}
 
@@ -1108,7 +1109,7 @@ def cpu_split_text(split: dict[str, dict], runs: dict) -> str:
     def row(name: str, beat: float, none: float) -> list[str]:
         return [name, f"{beat:.2f}", f"{none:.2f}", f"{beat - none:+.2f}"]
 
-    groups = per_1k({label: v for label, v in split.items() if label != CLICKHOUSE_NAMES})
+    groups = per_1k(split)
     if set(groups) != {"beat", "no beat"}:
         return ""
     rows = [row(group, groups["beat"][group], groups["no beat"][group]) for group in THREAD_GROUPS]
@@ -1116,7 +1117,7 @@ def cpu_split_text(split: dict[str, dict], runs: dict) -> str:
     rows.append(row("total", total["beat"], total["no beat"]))
     text = ("\neach server's CPU over its turns by thread (/proc/<pid>/task, every 0.5 s), ms per 1,000 spans it "
             "acknowledged\n\n" + table(["thread group", "with the beat", "without", "difference"], rows) + "\n")
-    names = per_1k(split.get(CLICKHOUSE_NAMES, {}))
+    names = per_1k(names or {})
     if set(names) == {"beat", "no beat"}:
         shown = sorted(set(names["beat"]) | set(names["no beat"]),
                        key=lambda n: -names["beat"].get(n, 0.0))[:CLICKHOUSE_NAMES_SHOWN]

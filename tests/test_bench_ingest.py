@@ -115,7 +115,7 @@ def test_the_cpu_split_by_thread_finds_a_named_threads_work():
     split puts the first's CPU in the beat's group and the second's in ClickHouse's (under its own
     name too), not the request thread's, and per 1,000 spans in the printed tables."""
     from bench.common import THREAD_GROUPS, ThreadCpu
-    from bench.ingest import CLICKHOUSE_NAMES, cpu_split_text
+    from bench.ingest import cpu_split_text
 
     root = Path(__file__).resolve().parent.parent
     # Each thread names itself, then burns only once told to: by then the split has seen it (a thread's
@@ -155,8 +155,8 @@ def test_the_cpu_split_by_thread_finds_a_named_threads_work():
     assert split.clickhouse["beat"].get("QueryCompPipeEx", 0.0) >= 1.4, split.clickhouse
     assert seconds[THREAD_GROUPS[0]] < 0.5, seconds  # the main thread slept
     runs = {True: ([{"spans_acknowledged": 1000}], {}), False: ([{"spans_acknowledged": 1000}], {})}
-    text = cpu_split_text({"beat": seconds, "no beat": dict.fromkeys(THREAD_GROUPS, 0.0),
-                           CLICKHOUSE_NAMES: {"beat": split.clickhouse["beat"], "no beat": {}}}, runs)
+    text = cpu_split_text({"beat": seconds, "no beat": dict.fromkeys(THREAD_GROUPS, 0.0)}, runs,
+                          names={"beat": split.clickhouse["beat"], "no beat": {}})
     assert "the beat's threads" in text and f"{seconds[THREAD_GROUPS[3]] * 1000:.2f}" in text
     pipelines = next(line for line in text.splitlines() if "QueryCompPipeEx" in line and "|" in line)
     assert f"{split.clickhouse['beat']['QueryCompPipeEx'] * 1000:.2f}" in pipelines, text
