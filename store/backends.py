@@ -511,6 +511,7 @@ class EmbeddedBackend:
         # Rows travel as an Arrow table that chdb reads in place (Python() table function): about
         # four times cheaper than JSONEachRow text on both the Python and the ClickHouse side.
         arrow_rows = arrow_table(columns, types, rows)
+        tight_rows = tight_schema(arrow_rows)  # noqa: F841 - chdb finds it by name
         column_list = ", ".join(f"`{c}`" for c in columns)
         selected = "*"
         if stamp is not None:
@@ -522,7 +523,7 @@ class EmbeddedBackend:
         # thread: the rows come from one Arrow table, and a second thread only splits the blocks
         # (an insert of 4,000-8,000 spans cost 20-25 % more CPU on two; 1,000: the same).
         settings = " SETTINGS async_insert = 0, max_threads = 1" + (f", insert_deduplication_token = '{dedup_token}'" if dedup_token else "")
-        self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}){settings} SELECT {selected} FROM Python(arrow_rows)",
+        self.command(f"{tag_comment(tag)}INSERT INTO {table} ({column_list}){settings} SELECT {selected} FROM Python(tight_rows)",
                      None, tag)
         return arrow_rows
 
@@ -643,6 +644,9 @@ def _split_type_args(args: str) -> list[str]:
     return parts
 
 
+TIGHT_NULLABILITY = True  # tight_schema on (bench/insert_cost.py compares with it off)
+
+
 def arrow_table(columns: Sequence[str], types: Sequence[str], rows: Sequence[dict]):
     """Rows as a pyarrow table of ``columns`` with the ClickHouse ``types``: the Python half of an
     embedded insert (chdb reads the table by its variable name; bench/ingest.py times it alone)."""
@@ -656,6 +660,40 @@ def arrow_table(columns: Sequence[str], types: Sequence[str], rows: Sequence[dic
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise StoreError(f"values for column {name} ({ch_type}) do not fit: {exc}") from exc
     return pa.Table.from_arrays(arrays, names=list(columns))
+
+
+def tight_schema(table):
+    """``table`` as chdb should read it for an insert: each column (and the items of an array or map
+    column) without a null declared not nullable. chdb infers the source's types from the Arrow
+    schema, and a nullable field becomes a Nullable column that the insert then converts back,
+    column by column: declared tight, a 45-column summary insert costs ~5 ms less of CPU, whatever
+    its size (docs/BENCHMARKS.md, "2026-12-08"). The buffers are shared, not copied."""
+    import pyarrow as pa
+
+    if not TIGHT_NULLABILITY:
+        return table
+    fields = [pa.field(field.name, _tight_type(column), nullable=column.null_count > 0)
+              for field, column in zip(table.schema, table.columns)]
+    schema = pa.schema(fields)
+    return table if schema.equals(table.schema) else table.cast(schema)
+
+
+def _tight_type(array):
+    """``array``'s type with each list item and map value declared not nullable where none is null
+    (the same object when nothing changes)."""
+    import pyarrow as pa
+
+    kind = array.type
+    if not (pa.types.is_list(kind) or pa.types.is_map(kind)) or array.null_count:
+        return kind
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    if pa.types.is_map(kind):
+        if kind.item_field.nullable and not any(chunk.items.null_count for chunk in chunks):
+            return pa.map_(kind.key_field, kind.item_field.with_nullable(False))
+        return kind
+    if kind.value_field.nullable and not any(chunk.flatten().null_count for chunk in chunks):
+        return pa.list_(kind.value_field.with_nullable(False))
+    return kind
 
 
 def _error_code(text: str) -> int | None:

@@ -137,6 +137,44 @@ def test_columns_insert_as_rows_do_and_reads_come_back_as_arrow(backend_store):
     assert empty.num_rows == 0
 
 
+def test_an_embedded_insert_declares_nullable_only_what_holds_a_null(clickhouse_store):
+    """chdb types an insert's source from its Arrow schema: a field without a null is declared not
+    nullable (so the insert converts nothing back), one with a null stays nullable, and what is
+    stored is the same either way."""
+    import pyarrow as pa
+
+    from store import backends
+
+    if not isinstance(clickhouse_store.backend, EmbeddedBackend):
+        pytest.skip("the embedded backend's Arrow source")
+    names = [c.name for c in TABLES["spans"].insert_columns]
+    types = [c.type for c in TABLES["spans"].insert_columns]
+    rows = [_span_row(span_id=f"{i:016x}", ttft_ns=None if i else 7, attributes={"k": "v"},
+                      event_times=[BASE_NS], event_names=["e"], event_attributes=[{"a": "b"}]) for i in range(2)]
+    loose = backends.arrow_table(names, types, rows)
+    tight = backends.tight_schema(loose)
+    fields = {f.name: f for f in tight.schema}
+    assert fields["ttft_ns"].nullable and fields["cost_usd"].nullable  # a null in each
+    assert not fields["span_id"].nullable and not fields["start_time"].nullable
+    assert not fields["attributes"].type.item_field.nullable
+    assert not fields["event_names"].type.value_field.nullable
+    assert tight.to_pylist() == loose.to_pylist()
+    assert all(f.nullable for f in loose.schema)  # what the caller keeps is untouched
+    inferred = dict(row[:2] for row in clickhouse_store.backend.query("DESCRIBE Python(tight)", None,
+                                                                      "tests.describe").rows)
+    assert inferred["span_id"] == "String" and inferred["attributes"] == "Map(String, String)"
+    assert inferred["ttft_ns"] == "Nullable(UInt64)"
+    backends.TIGHT_NULLABILITY = False
+    try:
+        assert backends.tight_schema(loose) is loose
+    finally:
+        backends.TIGHT_NULLABILITY = True
+    clickhouse_store.insert("spans", rows, tag="tests.insert")
+    stored = clickhouse_store.query("SELECT ttft_ns, cost_usd, attributes, event_names FROM spans ORDER BY span_id",
+                                    tag="tests.read").rows
+    assert stored == [(7, None, {"k": "v"}, ["e"]), (None, None, {"k": "v"}, ["e"])]
+
+
 def test_columns_from_tuples_rows_and_parts_of_both():
     """The ingest path's ``Columns``: built from per-row tuples in one transposition, turned back into
     the same rows, and concatenated with batches of rows (the writer's group commit)."""
