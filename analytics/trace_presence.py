@@ -14,7 +14,7 @@ that answer most of a run's ids without reading the table:
 - a **Bloom filter** of every (project, trace) that has a summary: built once from the table (its
   ids only), then fed by every insert into ``traces`` through ``Store.insert`` (the store's write
   listeners). A trace it does not hold has no summary: the run treats it as new without a read.
-  It can answer "maybe" for a trace that has none (~1 % of them, and any deleted since), which
+  It can answer "maybe" for a trace that has none (one in ~100,000 or fewer, and any deleted since), which
   costs a read, never a wrong answer. A statement that writes ``traces`` other than the
   summariser's own (``INSERT … SELECT`` in a script or migration) or removes its rows makes it
   start over from the table.
@@ -46,8 +46,16 @@ TABLE = "traces"
 SUMMARY_WRITE_TAG = "analytics.summarizer.write"  # the summariser's writes of ``traces``: it reports their ids itself
 RECENT_SECONDS = 60.0  # a trace's spans mostly arrive within this (exporters send every few seconds)
 RECENT_MAX = 200_000  # summaries remembered at most (~16 MB)
-BITS_PER_TRACE = 12  # 7 bits in one 64-bit word per id: ~1 % false positives at capacity
-HASHES = 7
+# Bits of the filter per trace at capacity (it is built for twice the traces it holds, and again
+# once it holds that many), and bits each trace sets. A summariser run asks for ~4,700 new ids at
+# 20,000 spans/s, and a single false positive costs that run a read of ``traces`` by id (~20 ms of
+# CPU). Bits anywhere in the array, 24 per trace and 12 a trace: false positives 1.4e-5 at
+# capacity, 1.4e-8 just after a build, so that at most a few runs in a hundred read. The one-word
+# blocked filter it replaces (12 bits a trace, 7 in one 64-bit word) answered 0.33 % of new ids
+# "maybe", and 44 of 50 runs read (docs/BENCHMARKS.md, "2026-12-08"). Positions are scaled from
+# 32 bits, so up to 2**32 bits (~170 M traces) they spread evenly; beyond, still no false negative.
+BITS_PER_TRACE = 24
+HASHES = 12
 MIN_CAPACITY = 1 << 16
 SYNC_BUILD_MAX = 200_000  # summaries the filter is built from in the lookup itself; more: on BUILD_THREAD
 BUILD_THREAD = "trace-presence-build"
@@ -86,38 +94,42 @@ def trace_hashes(project_id: int, trace_ids) -> tuple[np.ndarray, np.ndarray]:
 
 
 class BloomFilter:
-    """A blocked Bloom filter over (project, trace id) pairs: each id sets ``HASHES`` bits of one
-    64-bit word (one memory access per id to add or check; numpy over all the ids at once)."""
+    """A Bloom filter over (project, trace id) pairs: each id sets ``HASHES`` bits of one array of
+    bits, at positions h1 + i·h2 (double hashing of the id's two hashes; numpy over all the ids at
+    once)."""
 
     def __init__(self, capacity: int):
         self.capacity = max(MIN_CAPACITY, int(capacity))
-        self.words = max(1, self.capacity * BITS_PER_TRACE // 64)
+        self.words = max(1, -(-self.capacity * BITS_PER_TRACE // 64))
+        self.bits = np.uint64(self.words * 64)
         self._array = np.zeros(self.words, dtype=np.uint64)
         self.count = 0
 
-    def _slots(self, project_id: int, trace_ids) -> tuple[np.ndarray, np.ndarray]:
-        """Each id's word and the bits it sets there."""
+    def _slots(self, project_id: int, trace_ids):
+        """Each id's ``HASHES`` (word, bit mask) pairs, one per hash."""
         h1, h2 = trace_hashes(project_id, trace_ids)
-        # the top 32 bits scaled to the word count (a multiply, not a division)
-        word = ((h1 >> np.uint64(32)) * np.uint64(self.words) >> np.uint64(32)).astype(np.int64)
-        mask = np.zeros(len(h2), dtype=np.uint64)
-        one, six = np.uint64(1), np.uint64(6)
-        for i in range(HASHES):
-            mask |= one << ((h2 >> (six * np.uint64(i))) & np.uint64(63))
-        return word, mask
+        h2 = h2 | np.uint64(1)  # odd: the positions of one id never all coincide
+        one, low, shift = np.uint64(1), np.uint64(63), np.uint64(32)
+        with np.errstate(over="ignore"):
+            for i in range(HASHES):
+                # the top 32 bits of h1 + i·h2, scaled to the bit count (a multiply, not a division)
+                position = ((h1 + np.uint64(i) * h2) >> shift) * self.bits >> shift
+                yield (position >> np.uint64(6)).astype(np.int64), one << (position & low)
 
     def add(self, project_id: int, trace_ids) -> None:
         if not len(trace_ids):
             return
-        word, mask = self._slots(project_id, trace_ids)
-        np.bitwise_or.at(self._array, word, mask)  # (unbuffered: two ids of one word both count)
+        for word, mask in self._slots(project_id, trace_ids):
+            np.bitwise_or.at(self._array, word, mask)  # (unbuffered: two ids of one word both count)
         self.count += len(trace_ids)
 
     def may_contain(self, project_id: int, trace_ids) -> np.ndarray:
+        found = np.ones(len(trace_ids), dtype=bool)
         if not len(trace_ids):
-            return np.zeros(0, dtype=bool)
-        word, mask = self._slots(project_id, trace_ids)
-        return (self._array[word] & mask) == mask
+            return found
+        for word, mask in self._slots(project_id, trace_ids):
+            found &= (self._array[word] & mask) != 0
+        return found
 
     @property
     def full(self) -> bool:
@@ -219,7 +231,7 @@ class TracePresence:
 
         The filter is asked first: every summary in the recent chunks reached it too (``on_insert``;
         a reset clears both), so an id it does not hold is new, and only the ones it may hold (the
-        traces that grow, and ~1 % false positives) are looked for among the recent summaries. Under
+        traces that grow, and the rare false positive) are looked for among the recent summaries. Under
         traffic whose traces arrive whole nearly every id is new, and the search of a minute of
         chunks (a sorted search of text per chunk) is skipped for it."""
         self._ensure_filter()

@@ -32,8 +32,11 @@ def test_the_filter_holds_every_id_it_was_given_and_few_others():
     bloom.add(7, np.frombuffer("".join(added[12_000:]).encode(), dtype=np.uint8).reshape(-1, 32))  # as bytes
     assert bloom.may_contain(7, added).all(), "no false negative, whatever form the ids came in"
     others = _ids(20_000, rng)
-    assert bloom.may_contain(7, others).mean() < 0.02
-    assert bloom.may_contain(8, added).mean() < 0.02, "an id of one project is not another's"
+    # At capacity a new id is taken for a known one ~1.4e-5 of the time: each such id costs a
+    # summariser run a read of ``traces``, so a handful in 20,000 at most (a one-word blocked filter
+    # of 12 bits a trace answered 0.3-1.7 %).
+    assert bloom.may_contain(7, others).sum() <= 4
+    assert bloom.may_contain(8, added).sum() <= 4, "an id of one project is not another's"
     assert not bloom.full and bloom.count == 20_500
     small = BloomFilter(1)
     small.add(1, _ids(small.capacity + 1, rng))
