@@ -52,9 +52,12 @@ What is measured, and why:
 
 The traces are realistic LLM requests: 5–20 spans (root, network, preprocess, inference,
 postprocess, some nested), ~3 % failing, inference spans carrying a 1–4 KB prompt and a few
-hundred bytes of completion as attributes, several services and models, times in the last hour.
+hundred bytes of completion as attributes, several services and models.
 Bodies are built once; before each request its trace and span ids get a fresh 4-byte prefix (an
-8-byte marker replaced in the pre-encoded body), which keeps ids unique at no parsing cost.
+8-byte marker replaced in the pre-encoded body), which keeps ids unique at no parsing cost, and a
+native JSON body's times are moved to the request's own (its traces started 20-30 s before it is
+sent, as a root span arrives from an exporter once its trace has ended: ``TIME_SLOT_NS``; before
+2026-12-08 they started 2-60 minutes before the run, which ``--past-starts`` brings back).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ import itertools
 import json
 import os
 import random
+import re
 import secrets
 import shutil
 import statistics
@@ -153,12 +157,32 @@ class Span:
     duration_ms: float = 0.0  # own duration of a leaf
 
 
-class TraceFactory:
-    """Builds whole traces of a given span count; deterministic for a seed."""
+# Native JSON bodies carry the time of the request they are sent in, as an exporter's do: every
+# time in a template lies in two consecutive slots of TIME_SLOT_NS (its start times in the first
+# slot's first second; a trace lasts up to ~20 s), written as 19 digits whose first 9 are the
+# slot's number, and ``patch_json`` replaces those digits with the slots two before the one the
+# request is sent in (start times 20-30 s in the past, as a root span exported when its trace ends
+# arrives; every time in the past, advancing with the run). Before 2026-12-08 a template's traces
+# started 2-60 minutes before it was built, for the whole run: each summariser run marked ~58
+# ended minutes, each rollup run recomputed them with all the run's traces in them, and the latency
+# alerts' five-minute window held almost none of them (``--past-starts`` sends them so again, to
+# compare with earlier figures). OTLP bodies (fixed64 times) keep the times they were built with.
+TIME_SLOT_NS = 10**10
 
-    def __init__(self, seed: int, now_ns: int):
+
+def _time_slot(ns: int) -> bytes:
+    return b"%09d" % (ns // TIME_SLOT_NS)
+
+
+class TraceFactory:
+    """Builds whole traces of a given span count; deterministic for a seed. Their start times lie
+    in the first second of the slot ``now_ns`` is in (``TIME_SLOT_NS``); ``past_starts``: 2-60
+    minutes before ``now_ns`` instead."""
+
+    def __init__(self, seed: int, now_ns: int, *, past_starts: bool = False):
         self.rng = random.Random(seed)
-        self.now_ns = now_ns
+        self.now_ns = now_ns // TIME_SLOT_NS * TIME_SLOT_NS
+        self.past_starts = past_starts
         words = [self.rng.choice(VOCABULARY) for _ in range(40_000)]
         self.text = " ".join(words)  # ~250 KB to cut prompts and completions from
 
@@ -247,7 +271,8 @@ class TraceFactory:
                 postprocess.children.append(self._leaf(s("guardrail.check", "postprocess", SPAN_KIND_INTERNAL,
                                                          guardrail__policy="pii"), 2, 40))
             extras -= 1
-        start = self.now_ns - int(rng.uniform(120, 3600) * 1e9)
+        start = (self.now_ns - int(rng.uniform(120, 3600) * 1e9) if self.past_starts
+                 else self.now_ns + int(rng.uniform(0, 1) * 1e9))
         self._place(root, start)
         if rng.random() < 0.03:
             message = rng.choice(ERRORS)
@@ -308,6 +333,14 @@ def _resource(service: str) -> dict:
 
 def _marker_count(spans: list[Span]) -> int:
     return sum(3 if span.parent_k else 2 for span in spans)  # trace id, span id, parent id
+
+
+def _times_in_slots(body: bytes, spans: list[Span]) -> bool:
+    """Whether every time of ``spans`` is in the body under the slot of the first or the one after
+    (none later, and the slots' digits nowhere else): then ``patch_json`` moves them all."""
+    first = spans[0].start_ns
+    return (body.count(_time_slot(first)) + body.count(_time_slot(first + TIME_SLOT_NS))
+            == sum(2 + len(span.events) for span in spans))
 
 
 def encode_native(spans: list[Span]) -> bytes:
@@ -387,8 +420,28 @@ def encode_otlp(spans: list[Span]) -> bytes:
     return request.SerializeToString()
 
 
-def patch_json(template: bytes, request_no: int) -> bytes:
+_FIRST_TIME = re.compile(rb'"start_time":(\d{9})\d{10}[,}]')
+
+
+def patch_ids(template: bytes, request_no: int) -> bytes:
+    """The template with request ``request_no``'s id prefix (its times as they were built)."""
     return template.replace(JSON_MARKER, b"%08x" % request_no)
+
+
+def patch_json(template: bytes, request_no: int) -> bytes:
+    """The template with request ``request_no``'s id prefix, and its times moved to the two slots
+    before the current one (``TIME_SLOT_NS``: ``TraceFactory`` builds every time in two)."""
+    body = patch_ids(template, request_no)
+    found = _FIRST_TIME.search(body)
+    if found is None:
+        return body
+    slot, now = int(found.group(1)), time.time_ns() // TIME_SLOT_NS - 2
+    # Moved later, the later slot first (and earlier, the earlier first): no number written by the
+    # first replacement is the one the second replaces.
+    order = (1, 0) if now > slot else (0, 1) if now < slot else ()
+    for step in order:
+        body = body.replace(b"%09d" % (slot + step), b"%09d" % (now + step))
+    return body
 
 
 def patch_otlp(template: bytes, request_no: int) -> bytes:
@@ -415,9 +468,10 @@ def _check_otlp(answer: bytes, batch: int) -> bool:
     return ExportTraceServiceResponse.FromString(answer).partial_success.rejected_spans == 0
 
 
-def build_scenarios(seed: int, pool_100: int, pool_1000: int) -> list[Scenario]:
-    """Batches of whole traces, encoded both ways (same spans for JSON and OTLP)."""
-    factory = TraceFactory(seed, time.time_ns())
+def build_scenarios(seed: int, pool_100: int, pool_1000: int, *, past_starts: bool = False) -> list[Scenario]:
+    """Batches of whole traces, encoded both ways (same spans for JSON and OTLP); the JSON ones
+    sent with the current time (``patch_json``) unless ``past_starts``."""
+    factory = TraceFactory(seed, time.time_ns(), past_starts=past_starts)
     templates: dict[tuple[str, int], list[bytes]] = {("json", 100): [], ("json", 1000): [], ("otlp", 100): [], ("otlp", 1000): []}
     for size, count in ((100, pool_100), (1000, pool_1000)):
         while len(templates[("json", size)]) < count:
@@ -427,12 +481,14 @@ def build_scenarios(seed: int, pool_100: int, pool_1000: int) -> list[Scenario]:
             # A marker inside some other value (a fixed64 time, say) would be patched too: redraw.
             if native.count(JSON_MARKER) != expected or proto.count(PB_MARKER) != expected:
                 continue
+            if not past_starts and not _times_in_slots(native, spans):  # a trace ran past the slot's end: redraw
+                continue
             templates[("json", size)].append(native)
             templates[("otlp", size)].append(proto)
     return [
         Scenario(f"{fmt}-{size}", "/api/v1/traces" if fmt == "json" else "/v1/traces",
                  "application/json" if fmt == "json" else "application/x-protobuf", size,
-                 templates[(fmt, size)], patch_json if fmt == "json" else patch_otlp,
+                 templates[(fmt, size)], (patch_ids if past_starts else patch_json) if fmt == "json" else patch_otlp,
                  _check_json if fmt == "json" else _check_otlp)
         for fmt in ("json", "otlp") for size in (100, 1000)
     ]
@@ -832,6 +888,9 @@ def parse_args(argv=None):
     parser.add_argument("--scenarios", default="json-100,json-1000,otlp-100,otlp-1000",
                         help="comma-separated subset of the scenarios to run (default: all four)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--past-starts", action="store_true",
+                        help="native JSON traces that started 2-60 minutes before the run, for the whole run, as before "
+                             "2026-12-08 (default: each request's times are its own, 20-30 s before it is sent)")
     parser.add_argument("--compare-beat", action="store_true",
                         help="run every scenario twice, on a server with its in-process beat and on one without, "
                              "and print the ratios between them (and to the raw insert)")
@@ -885,7 +944,7 @@ def main(argv=None) -> int:
 
     log("generating traces and encoding bodies…")
     started = time.perf_counter()
-    scenarios = build_scenarios(args.seed, pool_100=40, pool_1000=6)
+    scenarios = build_scenarios(args.seed, pool_100=40, pool_1000=6, past_starts=args.past_starts)
     validate_templates(scenarios, request_numbers)
     log(f"  {sum(len(s.templates) * s.batch for s in scenarios) // 2:,} distinct spans in "
         f"{time.perf_counter() - started:.1f} s; bodies: "

@@ -10,7 +10,8 @@ all at once, for ``--minutes``:
 
 - **Ingestion at a steady open-loop rate**: ``--rate`` spans/s (default 10,000: half the json-1000
   maximum in docs/BENCHMARKS.md) as 1,000-span native JSON batches of realistic LLM traces (built by
-  bench/ingest.py's ``TraceFactory``; every request gets its own id prefix, so all ids are unique).
+  bench/ingest.py's ``TraceFactory``; every request gets its own id prefix, so all ids are unique,
+  and its own times: its traces started 20-30 s before it is sent).
   Request *i* is due at ``start + i × batch / rate`` whether or not earlier ones have been answered
   (up to ``--senders`` in flight); a late request is sent as soon as a sender is free, and its delay
   is reported. A span counts as acknowledged on a 200 whose ``accepted`` is the whole batch.
@@ -90,7 +91,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench.common import Server, machine, percentile, rss_bytes, rss_parts, table  # noqa: E402
-from bench.ingest import (JSON_MARKER, TraceFactory, _marker_count, encode_native, patch_json,  # noqa: E402
+from bench.ingest import (JSON_MARKER, TraceFactory, _marker_count, _times_in_slots, encode_native, patch_json,  # noqa: E402
                           stored_count, wait_drained)
 
 BATCH = 1000
@@ -604,7 +605,9 @@ def build_templates(seed: int) -> tuple[list[bytes], str]:
     while len(templates) < TEMPLATES:
         spans = factory.batch(BATCH)
         body = encode_native(spans)
-        if body.count(JSON_MARKER) == _marker_count(spans):  # a marker inside another value would be patched too
+        # a marker inside another value would be patched too; a trace past the two time slots
+        # would keep old times (bench/ingest.py, TIME_SLOT_NS)
+        if body.count(JSON_MARKER) == _marker_count(spans) and _times_in_slots(body, spans):
             templates.append(body)
     suffix = re.search(rb'"trace_id":"' + JSON_MARKER + rb'([0-9a-f]{24})"', templates[0]).group(1).decode()
     return templates, "%08x" % 1 + suffix

@@ -160,3 +160,36 @@ def test_the_cpu_split_by_thread_finds_a_named_threads_work():
     assert "the beat's threads" in text and f"{seconds[THREAD_GROUPS[3]] * 1000:.2f}" in text
     pipelines = next(line for line in text.splitlines() if "QueryCompPipeEx" in line and "|" in line)
     assert f"{split.clickhouse['beat']['QueryCompPipeEx'] * 1000:.2f}" in pipelines, text
+
+
+def test_json_bodies_carry_the_time_they_are_sent_at(monkeypatch):
+    """Each native JSON request's traces started 20-30 s before it is sent, every time of a body
+    moved by the same amount (starts, ends, events), whichever slot the template was built in; the
+    bodies of ``--past-starts`` keep the times they were built with."""
+    import json
+
+    from bench import ingest
+
+    scenarios = {s.name: s for s in ingest.build_scenarios(3, pool_100=3, pool_1000=2)}
+    built = time.time_ns()
+    for name in ("json-100", "json-1000"):
+        scenario = scenarios[name]
+        for template in scenario.templates:
+            before = json.loads(ingest.patch_ids(template, 9))["spans"]
+            for later_s in (0, 10, 25, 3600):  # the same slot, the next, two on, an hour on
+                monkeypatch.setattr(ingest.time, "time_ns", lambda: built + later_s * 10**9)
+                after = json.loads(scenario.patch(template, 9))["spans"]
+                now = built + later_s * 10**9
+                roots = [s for s in after if not s.get("parent_span_id")]
+                assert all(20e9 <= now - r["start_time"] <= 31e9 for r in roots), name
+                assert max(s["end_time"] for s in after) <= now, "every time in the past"
+                shifts = {a[k] - b[k] for a, b in zip(after, before) for k in ("start_time", "end_time")}
+                shifts |= {ea["time"] - eb["time"] for a, b in zip(after, before)
+                           for ea, eb in zip(a.get("events", []), b.get("events", []))}
+                assert len(shifts) == 1, "the body's times all move together"
+                assert [a["span_id"] for a in after] == [b["span_id"] for b in before]
+            monkeypatch.undo()
+    past = {s.name: s for s in ingest.build_scenarios(3, pool_100=1, pool_1000=1, past_starts=True)}["json-1000"]
+    assert past.patch(past.templates[0], 4) == ingest.patch_ids(past.templates[0], 4)
+    starts = [s["start_time"] for s in json.loads(past.patch(past.templates[0], 4))["spans"]]
+    assert max(starts) < time.time_ns() - 100e9, "2-60 minutes before the run"
