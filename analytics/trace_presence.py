@@ -14,7 +14,8 @@ that answer most of a run's ids without reading the table:
 - a **Bloom filter** of every (project, trace) that has a summary: built once from the table (its
   ids only), then fed by every insert into ``traces`` through ``Store.insert`` (the store's write
   listeners). A trace it does not hold has no summary: the run treats it as new without a read.
-  It can answer "maybe" for a trace that has none (one in ~100,000 or fewer, and any deleted since), which
+  It can answer "maybe" for a trace that has none (about one in 70,000 when full, far fewer after
+  a build, and any deleted since), which
   costs a read, never a wrong answer. A statement that writes ``traces`` other than the
   summariser's own (``INSERT … SELECT`` in a script or migration) or removes its rows makes it
   start over from the table.

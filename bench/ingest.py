@@ -343,6 +343,13 @@ def _times_in_slots(body: bytes, spans: list[Span]) -> bool:
             == sum(2 + len(span.events) for span in spans))
 
 
+def native_template_ok(body: bytes, spans: list[Span], *, past_starts: bool = False) -> bool:
+    """Whether ``patch_json`` (``patch_ids`` with ``past_starts``) patches exactly what it should
+    in ``encode_native(spans)``: a marker inside some other value would be patched too, and a trace
+    that ran past the two time slots would keep old times. Otherwise redraw."""
+    return body.count(JSON_MARKER) == _marker_count(spans) and (past_starts or _times_in_slots(body, spans))
+
+
 def encode_native(spans: list[Span]) -> bytes:
     marker = JSON_MARKER.decode()
     out = []
@@ -477,11 +484,8 @@ def build_scenarios(seed: int, pool_100: int, pool_1000: int, *, past_starts: bo
         while len(templates[("json", size)]) < count:
             spans = factory.batch(size)
             native, proto = encode_native(spans), encode_otlp(spans)
-            expected = _marker_count(spans)
             # A marker inside some other value (a fixed64 time, say) would be patched too: redraw.
-            if native.count(JSON_MARKER) != expected or proto.count(PB_MARKER) != expected:
-                continue
-            if not past_starts and not _times_in_slots(native, spans):  # a trace ran past the slot's end: redraw
+            if not native_template_ok(native, spans, past_starts=past_starts) or proto.count(PB_MARKER) != _marker_count(spans):
                 continue
             templates[("json", size)].append(native)
             templates[("otlp", size)].append(proto)

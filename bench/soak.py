@@ -91,7 +91,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench.common import Server, machine, percentile, rss_bytes, rss_parts, table  # noqa: E402
-from bench.ingest import (JSON_MARKER, TraceFactory, _marker_count, _times_in_slots, encode_native, patch_json,  # noqa: E402
+from bench.ingest import (JSON_MARKER, TraceFactory, encode_native, native_template_ok, patch_json,  # noqa: E402
                           stored_count, wait_drained)
 
 BATCH = 1000
@@ -605,9 +605,7 @@ def build_templates(seed: int) -> tuple[list[bytes], str]:
     while len(templates) < TEMPLATES:
         spans = factory.batch(BATCH)
         body = encode_native(spans)
-        # a marker inside another value would be patched too; a trace past the two time slots
-        # would keep old times (bench/ingest.py, TIME_SLOT_NS)
-        if body.count(JSON_MARKER) == _marker_count(spans) and _times_in_slots(body, spans):
+        if native_template_ok(body, spans):
             templates.append(body)
     suffix = re.search(rb'"trace_id":"' + JSON_MARKER + rb'([0-9a-f]{24})"', templates[0]).group(1).decode()
     return templates, "%08x" % 1 + suffix
